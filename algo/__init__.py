@@ -1,0 +1,1 @@
+"""Models, losses and learning targets; no plumbing here."""

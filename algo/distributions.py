@@ -1,0 +1,124 @@
+"""Action distributions for Discrete, MultiDiscrete and Box spaces, behind one interface.
+
+Actions are stored in trajectory buffers as one tensor per sample: int64 [n] for Discrete,
+int64 [n, k] for MultiDiscrete, float32 [n, d] for Box (unclipped: the log-prob must match).
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+
+class ActionHead(nn.Module):
+    """Maps features to distribution parameters; builds distributions from them."""
+
+    num_params: int
+
+    def distribution(self, params: torch.Tensor) -> "ActionDistribution":
+        raise NotImplementedError
+
+
+class ActionDistribution:
+    def sample(self) -> torch.Tensor: ...
+    def mode(self) -> torch.Tensor: ...
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor: ...
+    def entropy(self) -> torch.Tensor: ...
+
+
+class CategoricalDist(ActionDistribution):
+    """Several independent categoricals (one for Discrete); log-probs and entropies sum."""
+
+    def __init__(self, logits: torch.Tensor, sizes: list[int], squeeze: bool):
+        self.dists = [Categorical(logits=chunk) for chunk in torch.split(logits, sizes, dim=-1)]
+        self.squeeze = squeeze
+
+    def _pack(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        return parts[0] if self.squeeze else torch.stack(parts, dim=-1)
+
+    def sample(self) -> torch.Tensor:
+        return self._pack([d.sample() for d in self.dists])
+
+    def mode(self) -> torch.Tensor:
+        return self._pack([d.probs.argmax(-1) for d in self.dists])
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        if self.squeeze:
+            return self.dists[0].log_prob(actions)
+        return sum(d.log_prob(actions[..., i]) for i, d in enumerate(self.dists))
+
+    def entropy(self) -> torch.Tensor:
+        return sum(d.entropy() for d in self.dists)
+
+
+class GaussianDist(ActionDistribution):
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
+        self.normal = Normal(mean, log_std.exp().expand_as(mean))
+
+    def sample(self) -> torch.Tensor:
+        return self.normal.sample()
+
+    def mode(self) -> torch.Tensor:
+        return self.normal.mean
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        return self.normal.log_prob(actions).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return self.normal.entropy().sum(-1)
+
+
+class CategoricalHead(ActionHead):
+    def __init__(self, in_features: int, sizes: list[int], squeeze: bool):
+        super().__init__()
+        self.sizes, self.squeeze = sizes, squeeze
+        self.num_params = sum(sizes)
+        self.linear = nn.Linear(in_features, self.num_params)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.linear(features)
+
+    def distribution(self, params: torch.Tensor) -> ActionDistribution:
+        return CategoricalDist(params, self.sizes, self.squeeze)
+
+
+class GaussianHead(ActionHead):
+    """State-independent log std, as is standard for PPO on continuous control."""
+
+    def __init__(self, in_features: int, dim: int, tanh_scale: float, initial_log_std: float):
+        super().__init__()
+        self.num_params = dim
+        self.tanh_scale = tanh_scale
+        self.mean = nn.Linear(in_features, dim)
+        self.log_std = nn.Parameter(torch.full((dim,), float(initial_log_std)))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        mean = self.mean(features)
+        return torch.tanh(mean) * self.tanh_scale if self.tanh_scale > 0 else mean
+
+    def distribution(self, params: torch.Tensor) -> ActionDistribution:
+        return GaussianDist(params, self.log_std)
+
+
+def make_action_head(space: gym.Space, in_features: int, tanh_scale: float, initial_log_std: float) -> ActionHead:
+    if isinstance(space, gym.spaces.Discrete):
+        return CategoricalHead(in_features, [int(space.n)], squeeze=True)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return CategoricalHead(in_features, [int(n) for n in np.ravel(space.nvec)], squeeze=False)
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        return GaussianHead(in_features, int(space.shape[0]), tanh_scale, initial_log_std)
+    raise ValueError(f"unsupported action space {space}: expected Discrete, MultiDiscrete or 1-D Box")
+
+
+def action_storage(space: gym.Space) -> tuple[tuple[int, ...], torch.dtype]:
+    """Per-sample shape and dtype of an action in trajectory buffers."""
+    if isinstance(space, gym.spaces.Discrete):
+        return (), torch.int64
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return (int(np.prod(space.nvec.shape)),), torch.int64
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        return (int(space.shape[0]),), torch.float32
+    raise ValueError(f"unsupported action space {space}: expected Discrete, MultiDiscrete or 1-D Box")

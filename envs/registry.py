@@ -1,0 +1,83 @@
+"""Which function builds an env for a given name.
+
+Users call `register_env(name, factory)`. Worker processes do not inherit module globals under the
+`spawn` start method, so the runner takes a snapshot of the registry (`registry_snapshot`) and ships
+it to every component; workers build envs from that snapshot, never from the global.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import gymnasium as gym
+
+
+@dataclass(frozen=True)
+class EnvContext:
+    """Where an env instance lives: lets a factory seed or configure per instance."""
+
+    worker_index: int
+    env_index: int  # global index over all workers
+    seed: int | None
+
+
+EnvFactory = Callable[[str, Any, EnvContext], gym.Env]
+
+
+class EnvNotFoundError(ValueError):
+    pass
+
+
+class EnvRegistry:
+    def __init__(self, factories: dict[str, EnvFactory] | None = None):
+        self.factories: dict[str, EnvFactory] = dict(factories or {})
+
+    def register(self, name: str, factory: EnvFactory) -> None:
+        if not callable(factory):
+            raise TypeError(f"register_env({name!r}, ...): factory must be callable, got {type(factory)}")
+        self.factories[name] = factory
+
+    def make(self, name: str, cfg: Any, ctx: EnvContext) -> gym.Env:
+        if name in self.factories:
+            env = self.factories[name](name, cfg, ctx)
+            if not isinstance(env, gym.Env):
+                raise TypeError(f"factory registered for {name!r} returned {type(env).__name__}, not a gymnasium.Env")
+            return env
+        try:
+            return gym.make(name)
+        except gym.error.Error as exc:
+            known = ", ".join(sorted(self.factories)) or "none"
+            raise EnvNotFoundError(
+                f"unknown env {name!r}: not registered with sf_core.register_env (registered: {known}) "
+                f"and gymnasium says: {exc}"
+            ) from None
+
+    def check_picklable(self) -> None:
+        """Factories travel to worker processes by pickling; fail early with a clear message."""
+        for name, factory in self.factories.items():
+            try:
+                pickle.dumps(factory)
+            except Exception as exc:
+                raise ValueError(
+                    f"the factory registered for env {name!r} cannot be sent to worker processes ({exc}); "
+                    f"define it as a module-level function (not a lambda or closure)"
+                ) from None
+
+
+_REGISTRY = EnvRegistry()
+
+
+def register_env(name: str, factory: EnvFactory) -> None:
+    """Make `name` usable as `--env=name`. `factory(name, cfg, ctx)` returns a gymnasium.Env."""
+    _REGISTRY.register(name, factory)
+
+
+def registry_snapshot() -> EnvRegistry:
+    """An independent copy: later registrations do not change a run already started."""
+    return EnvRegistry(_REGISTRY.factories)
+
+
+def make_env(name: str, cfg: Any, ctx: EnvContext, registry: EnvRegistry | None = None) -> gym.Env:
+    return (registry or _REGISTRY).make(name, cfg, ctx)

@@ -1,0 +1,20 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="sf_core",
+    version="0.1.0",
+    description="High-throughput asynchronous reinforcement learning (APPO) on signal/slot components",
+    python_requires=">=3.11",
+    packages=find_packages(include=["sf_core", "sf_core.*", "algo", "algo.*", "envs", "envs.*"]),
+    install_requires=[
+        "torch>=2.1",
+        "numpy>=1.24",
+        "gymnasium>=1.0",
+        "signal-slot-mp>=1.0.5",
+        "faster-fifo>=1.4.5",
+        "tensorboard>=2.10",
+    ],
+    extras_require={
+        "dev": ["pytest>=7", "pytest-timeout>=2", "psutil>=5"],
+    },
+)

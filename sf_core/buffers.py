@@ -1,0 +1,159 @@
+"""Shared-memory tensors, allocated once by the runner before any process starts.
+
+Trajectory buffers are time-major per slot: `[num_slots, rollout + 1, envs_per_split, ...]`. A slot
+belongs to one split of one rollout worker; each split owns `sets_per_split` slots and cycles through
+them. Row t of a slot holds the observation at step t and, once inference has run, the action,
+log-prob, value and policy version chosen there; rewards/dones of step t are in row t too. Row
+`rollout` holds the bootstrap observation (and the next action, which is carried into row 0 of the
+split's next slot). Signals between components carry only slot and row indices.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from algo.distributions import action_storage
+
+
+@dataclass(frozen=True)
+class BufferLayout:
+    num_workers: int
+    num_splits: int  # per worker
+    envs_per_split: int
+    rollout: int
+    sets_per_split: int
+
+    @classmethod
+    def from_config(cls, cfg) -> "BufferLayout":
+        splits_total = cfg.num_workers * cfg.worker_num_splits
+        trajectories_per_round = splits_total * cfg.envs_per_split()
+        dataset_trajectories = cfg.dataset_size() // cfg.rollout
+        # Enough slots to hold one whole dataset plus one more round, so that sampling never
+        # waits for the learner to finish a dataset it could not fill.
+        sets = math.ceil(dataset_trajectories / trajectories_per_round) + 1
+        return cls(cfg.num_workers, cfg.worker_num_splits, cfg.envs_per_split(), cfg.rollout, sets)
+
+    @property
+    def num_splits_total(self) -> int:
+        return self.num_workers * self.num_splits
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_splits_total * self.sets_per_split
+
+    def split_index(self, worker: int, split: int) -> int:
+        return worker * self.num_splits + split
+
+    def slot_index(self, worker: int, split: int, k: int) -> int:
+        return self.split_index(worker, split) * self.sets_per_split + k
+
+    def worker_of_slot(self, slot: int) -> int:
+        return slot // (self.sets_per_split * self.num_splits)
+
+
+def _shared(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    return torch.zeros(shape, dtype=dtype).share_memory_()
+
+
+def obs_storage(space: gym.Space) -> tuple[tuple[int, ...], torch.dtype]:
+    if not isinstance(space, gym.spaces.Box):
+        raise ValueError(f"unsupported observation space {space}: expected a Box")
+    dtype = torch.uint8 if space.dtype == np.uint8 else torch.float32
+    return tuple(space.shape), dtype
+
+
+class TrajectoryBuffers:
+    """The tensors every component reads and writes; numpy views give cheap per-step access."""
+
+    KEYS = ("obs", "actions", "log_prob", "values", "rewards", "dones", "truncated", "trunc_values",
+            "policy_version")
+
+    def __init__(self, layout: BufferLayout, obs_space: gym.Space, action_space: gym.Space):
+        self.layout = layout
+        obs_shape, obs_dtype = obs_storage(obs_space)
+        act_shape, act_dtype = action_storage(action_space)
+        lead = (layout.num_slots, layout.rollout + 1, layout.envs_per_split)
+        self.obs = _shared(lead + obs_shape, obs_dtype)
+        self.actions = _shared(lead + act_shape, act_dtype)
+        self.log_prob = _shared(lead, torch.float32)
+        self.values = _shared(lead, torch.float32)
+        self.rewards = _shared(lead, torch.float32)
+        self.dones = _shared(lead, torch.bool)  # terminated
+        self.truncated = _shared(lead, torch.bool)  # cut by a time limit: bootstrap from trunc_values
+        self.trunc_values = _shared(lead, torch.float32)
+        self.policy_version = _shared(lead, torch.int64)
+        # the final observation of an env truncated at the last step, per split
+        self.final_obs = _shared((layout.num_splits_total, layout.envs_per_split) + obs_shape, obs_dtype)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {key: getattr(self, key) for key in self.KEYS}
+
+
+class SharedWeights:
+    """The learner's latest state_dict in shared memory plus a version counter.
+
+    Readers copy under the lock only when the version moved, so a torn half-written state is never
+    loaded and inference never waits for more than a memcpy.
+    """
+
+    def __init__(self, model: nn.Module, lock):
+        self.tensors = {name: t.detach().clone().share_memory_() for name, t in model.state_dict().items()}
+        self.version = _shared((1,), torch.int64)
+        self.lock = lock
+
+    def publish(self, model: nn.Module, version: int) -> None:
+        with self.lock:
+            for name, tensor in model.state_dict().items():
+                self.tensors[name].copy_(tensor.detach(), non_blocking=False)
+            self.version[0] = version
+
+    def current_version(self) -> int:
+        return int(self.version[0])
+
+    def load_into(self, model: nn.Module) -> int:
+        with self.lock:
+            model.load_state_dict({name: t for name, t in self.tensors.items()}, strict=True)
+            return int(self.version[0])
+
+
+class NoLock:
+    """Serial mode: one thread, nothing to exclude."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def make_lock(serial: bool, mp_context):
+    return NoLock() if serial else mp_context.Lock()
+
+
+
+class DatasetBuffers:
+    """`count` learner datasets, each a dict of time-major tensors `[rollout + 1, trajectories, ...]`.
+
+    The batcher fills one while the learner trains on another.
+    """
+
+    def __init__(self, buffers: TrajectoryBuffers, num_trajectories: int, count: int = 2):
+        self.datasets = []
+        for _ in range(count):
+            dataset = {}
+            for key, tensor in buffers.tensors().items():
+                rows, per_sample = tensor.shape[1], tensor.shape[3:]
+                dataset[key] = _shared((rows, num_trajectories) + per_sample, tensor.dtype)
+            self.datasets.append(dataset)
+
+    def __len__(self) -> int:
+        return len(self.datasets)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return self.datasets[index]

@@ -1,0 +1,117 @@
+"""What every component shares: a name, guarded slots, error reporting, process plumbing.
+
+signal-slot-mp logs an exception raised in a slot and lets it kill the event loop. Here every slot
+is wrapped (`@guarded`) so the exception becomes a `ComponentError` carrying the component's name and
+the original traceback; the process that hosts the loop sends it to the runner (signal
+`component_error`), which stops training with that message instead of waiting for a timeout.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal as os_signal
+import threading
+import traceback
+from typing import Any, Callable
+
+import torch
+from signal_slot.signal_slot import EventLoop, EventLoopObject, EventLoopProcess, Timer
+
+
+class ComponentError(RuntimeError):
+    def __init__(self, component: str, details: str):
+        super().__init__(f"{component} failed:\n{details}")
+        self.component, self.details = component, details
+
+    def __reduce__(self):
+        return ComponentError, (self.component, self.details)
+
+
+def guarded(slot: Callable) -> Callable:
+    """Turn any exception escaping a slot into a ComponentError naming the component."""
+
+    @functools.wraps(slot)
+    def wrapper(self: "Component", *args: Any):
+        try:
+            return slot(self, *args)
+        except ComponentError:
+            raise
+        except Exception as exc:
+            raise ComponentError(self.name, _describe(exc)) from exc
+
+    return wrapper
+
+
+def _describe(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+
+
+class Component(EventLoopObject):
+    """An event-loop object with a readable name; signals are emitted by name (strings).
+
+    String signals (`self.emit("name", ...)`) avoid the class-level `@signal` descriptor, which two
+    threads emitting the same signal could race on, and allow per-receiver signal names.
+    """
+
+    def __init__(self, event_loop: EventLoop, name: str):
+        super().__init__(event_loop, name)
+        self.name = name
+
+    def report_error(self, error: BaseException) -> None:
+        details = error.details if isinstance(error, ComponentError) else _describe(error)
+        component = error.component if isinstance(error, ComponentError) else self.name
+        self.emit("component_error", component, details)
+
+    def stop_loop(self) -> None:
+        self.event_loop.stop()
+
+
+def configure_process(torch_threads: int) -> None:
+    """In a component process: leave Ctrl-C to the runner, and keep torch to its thread budget."""
+    os_signal.signal(os_signal.SIGINT, os_signal.SIG_IGN)
+    torch.set_num_threads(torch_threads)
+
+
+class ComponentProcess(EventLoopProcess):
+    """EventLoopProcess that reports a crash of its loop to the runner and watches its parent."""
+
+    def __init__(self, name: str, mp_context, torch_threads: int):
+        super().__init__(name, multiprocessing_context=mp_context, daemon=True)
+        self.torch_threads = torch_threads
+        self.reporter: Component | None = None  # the component whose name a crash is reported under
+        self.threads: list[tuple[EventLoop, Component]] = []  # extra loops run on threads (the batcher)
+
+    def _target(self) -> None:
+        configure_process(self.torch_threads)
+        watchdog = ParentWatchdog(self.event_loop, f"{self.name}_parent_watchdog")
+        threads = [threading.Thread(target=run_loop, args=(loop, comp), name=comp.name, daemon=True)
+                   for loop, comp in self.threads]
+        for t in threads:
+            t.start()
+        run_loop(self.event_loop, self.reporter)
+        for t in threads:
+            t.join(timeout=5.0)
+
+
+class ParentWatchdog(EventLoopObject):
+    """Exits the process if the runner died (even kill -9), so no worker is ever orphaned."""
+
+    def __init__(self, loop: EventLoop, name: str):
+        super().__init__(loop, name)
+        self.parent = os.getppid()
+        self.timer = Timer(loop, 1.0, object_id=f"{name}_timer")
+        self.timer.timeout.connect(self.check)
+
+    def check(self) -> None:
+        if os.getppid() != self.parent:
+            os._exit(3)
+
+
+def run_loop(loop: EventLoop, reporter: Component | None) -> None:
+    try:
+        loop.exec()
+    except BaseException as exc:  # noqa: BLE001 - anything that kills the loop goes to the runner
+        if reporter is not None:
+            reporter.report_error(exc)
+        raise SystemExit(1)

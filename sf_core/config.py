@@ -1,0 +1,233 @@
+"""Every command-line flag, defined once: type, default, group and help.
+
+The `Config` dataclass is the schema. `parse_args` builds the argparse parser from it, applies the
+env preset underneath whatever the user typed, and validates the result. Flag names follow Sample
+Factory 2 where the concept is the same, so existing command lines carry over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+GROUPS = ("experiment", "env", "rollout", "learning", "model", "logging", "system")
+
+
+class ConfigError(ValueError):
+    """A flag value that cannot work; the message names the flag and why."""
+
+
+def flag(default: Any, group: str, help: str, choices: Sequence[str] | None = None) -> Any:
+    assert group in GROUPS, group
+    factory = (lambda: list(default)) if isinstance(default, list) else None
+    meta = {"group": group, "help": help, "choices": choices}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class Config:
+    # --- experiment
+    env: str = flag("", "experiment", "Environment: a registered name or any gymnasium id (e.g. CartPole-v1).")
+    experiment: str = flag("default_experiment", "experiment", "Experiment name; files go to {train_dir}/{experiment}/.")
+    train_dir: str = flag("train_dir", "experiment", "Root folder for experiments.")
+    restart_behavior: str = flag(
+        "resume", "experiment",
+        "What to do when the experiment folder exists: resume, restart (keep old files aside) or overwrite.",
+        choices=("resume", "restart", "overwrite"),
+    )
+    seed: int = flag(-1, "experiment", "Random seed; -1 picks one and records it in config.json.")
+    train_for_env_steps: int = flag(10_000_000_000, "experiment", "Stop after this many env frames have been sampled.")
+    train_for_seconds: float = flag(1e10, "experiment", "Stop after this many seconds of training.")
+
+    # --- env
+    env_frameskip: int = flag(1, "env", "Frames per env step; env frames count frameskip × steps.")
+    reward_scale: float = flag(1.0, "env", "Rewards are multiplied by this before learning.")
+    reward_clip: float = flag(1000.0, "env", "Scaled rewards are clipped to [-reward_clip, reward_clip].")
+
+    # --- rollout
+    num_workers: int = flag(max(1, os.cpu_count() or 1), "rollout", "Rollout worker processes.")
+    num_envs_per_worker: int = flag(8, "rollout", "Envs each rollout worker steps.")
+    worker_num_splits: int = flag(
+        2, "rollout", "Groups a worker's envs are split into; one group steps while another waits for actions."
+    )
+    policy_workers_per_policy: int = flag(1, "rollout", "Inference workers (batched policy forward passes).")
+    rollout: int = flag(32, "rollout", "Trajectory length in env steps, the unit the learner trains on.")
+    batched_sampling: bool = flag(True, "rollout", "Step each split's envs as one batch (the only mode so far).")
+    serial_mode: bool = flag(False, "rollout", "Run every component on one event loop in this process.")
+    async_rl: bool = flag(True, "rollout", "Keep sampling while the learner trains (policy lag is measured).")
+
+    # --- learning
+    batch_size: int = flag(1024, "learning", "Minibatch size for SGD, in samples.")
+    num_batches_per_epoch: int = flag(1, "learning", "Minibatches in one training iteration's dataset.")
+    num_epochs: int = flag(1, "learning", "Passes over each dataset.")
+    learning_rate: float = flag(1e-4, "learning", "Adam learning rate.")
+    lr_schedule: str = flag(
+        "constant", "learning", "Learning-rate schedule over train_for_env_steps.", choices=("constant", "linear_decay")
+    )
+    adam_eps: float = flag(1e-6, "learning", "Adam epsilon.")
+    adam_beta1: float = flag(0.9, "learning", "Adam beta1.")
+    adam_beta2: float = flag(0.999, "learning", "Adam beta2.")
+    gamma: float = flag(0.99, "learning", "Discount factor.")
+    gae_lambda: float = flag(0.95, "learning", "GAE lambda (also the trace-cutting lambda of V-trace).")
+    with_vtrace: bool = flag(False, "learning", "V-trace targets (off-policy correction) instead of GAE.")
+    vtrace_rho: float = flag(1.0, "learning", "V-trace importance-weight clip for the value target (rho bar).")
+    vtrace_c: float = flag(1.0, "learning", "V-trace trace-cutting clip (c bar).")
+    ppo_clip_ratio: float = flag(0.1, "learning", "PPO policy ratio clip: ratio is kept in [1-x, 1+x].")
+    ppo_clip_value: float = flag(1.0, "learning", "Value clipping around old values (normalized units); 0 disables.")
+    value_loss_coeff: float = flag(0.5, "learning", "Weight of the value loss.")
+    exploration_loss_coeff: float = flag(0.003, "learning", "Weight of the entropy bonus.")
+    max_grad_norm: float = flag(4.0, "learning", "Gradient norm clip; 0 disables.")
+    normalize_advantage: bool = flag(True, "learning", "Normalize advantages per minibatch.")
+    max_policy_lag: int = flag(1000, "learning", "Samples older than this many policy versions are not trained on.")
+    shuffle_minibatches: bool = flag(True, "learning", "Shuffle samples across minibatches each epoch.")
+
+    # --- model
+    encoder_mlp_layers: list[int] = flag([512, 512], "model", "Hidden layer sizes of the MLP encoder.")
+    nonlinearity: str = flag("elu", "model", "Activation function.", choices=("elu", "relu", "tanh"))
+    actor_critic_share_weights: bool = flag(True, "model", "One encoder for actor and critic, or one each.")
+    normalize_input: bool = flag(True, "model", "Normalize observations with running mean/std.")
+    normalize_returns: bool = flag(True, "model", "Learn values in units normalized by running return stats.")
+    continuous_tanh_scale: float = flag(0.0, "model", "If > 0, Gaussian means are tanh(x)·scale.")
+    initial_log_std: float = flag(0.0, "model", "Initial log std of Gaussian actions.")
+
+    # --- logging
+    experiment_summaries_interval: float = flag(2.0, "logging", "Seconds between TensorBoard summaries.")
+    report_interval: float = flag(5.0, "logging", "Seconds between console status lines.")
+    stats_window: int = flag(100, "logging", "Episodes averaged for the reported mean return.")
+
+    # --- system
+    device: str = flag("cpu", "system", "Learner device: cpu, cuda, cuda:N or gpu (falls back to cpu if absent).")
+    torch_threads: int = flag(1, "system", "torch threads per process (1 is best when processes ≥ cores).")
+    mp_start_method: str = flag(
+        "spawn", "system", "multiprocessing start method for component processes.",
+        choices=("spawn", "forkserver", "fork"),
+    )
+    heartbeat_timeout: float = flag(30.0, "system", "Seconds a component process may stay unresponsive.")
+
+    # ----------------------------------------------------------------------------------------------
+    def dataset_size(self) -> int:
+        """Samples the learner consumes per training iteration."""
+        return self.batch_size * self.num_batches_per_epoch
+
+    def envs_per_split(self) -> int:
+        return self.num_envs_per_worker // self.worker_num_splits
+
+    def validate(self) -> None:
+        if not self.env:
+            raise ConfigError("--env is required (a registered env name or a gymnasium id such as CartPole-v1)")
+        positive = ("num_workers", "num_envs_per_worker", "worker_num_splits", "policy_workers_per_policy",
+                    "rollout", "batch_size", "num_batches_per_epoch", "num_epochs", "torch_threads",
+                    "stats_window", "env_frameskip")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("learning_rate", "train_for_seconds", "heartbeat_timeout", "report_interval",
+                     "experiment_summaries_interval"):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ConfigError(f"--{name} must be a positive number, got {value}")
+        if self.train_for_env_steps < 1:
+            raise ConfigError(f"--train_for_env_steps must be at least 1, got {self.train_for_env_steps}")
+        for name in ("gamma", "gae_lambda"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"--{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.num_envs_per_worker % self.worker_num_splits != 0:
+            raise ConfigError(
+                f"--num_envs_per_worker={self.num_envs_per_worker} must be divisible by "
+                f"--worker_num_splits={self.worker_num_splits} (each split steps the same number of envs)"
+            )
+        if self.dataset_size() % self.rollout != 0:
+            raise ConfigError(
+                f"--batch_size × --num_batches_per_epoch = {self.batch_size} × {self.num_batches_per_epoch} = "
+                f"{self.dataset_size()} samples must be divisible by --rollout={self.rollout} "
+                f"(the learner trains on whole trajectories)"
+            )
+        if any(size < 1 for size in self.encoder_mlp_layers):
+            raise ConfigError(f"--encoder_mlp_layers must be positive sizes, got {self.encoder_mlp_layers}")
+        if not self.batched_sampling:
+            raise ConfigError("--batched_sampling=False (per-env sampling) is not implemented yet")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Command-line parsing
+
+
+def str2bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "y", "on"):
+        return True
+    if lowered in ("0", "false", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (True/False), got {text!r}")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so `train.main(argv)` can return an exit code."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(message)
+
+
+def _arg_type(f: dataclasses.Field) -> dict[str, Any]:
+    kind = f.type if not isinstance(f.type, str) else f.type
+    if kind in ("bool", bool):
+        return {"type": str2bool, "metavar": "BOOL"}
+    if kind in ("int", int):
+        return {"type": int}
+    if kind in ("float", float):
+        return {"type": float}
+    if kind in ("list[int]",):
+        return {"type": int, "nargs": "+"}
+    return {"type": str}
+
+
+def build_parser(prog: str = "python -m sf_core.train", description: str = "") -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description=description, allow_abbrev=False,
+                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    groups = {name: parser.add_argument_group(name) for name in GROUPS}
+    for f in dataclasses.fields(Config):
+        meta = f.metadata
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        groups[meta["group"]].add_argument(
+            f"--{f.name}", default=default, help=meta["help"], choices=meta["choices"], **_arg_type(f)
+        )
+    return parser
+
+
+def explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
+    """Names of the flags the user actually typed (presets must not override them)."""
+    shadow = argparse.Namespace()
+    probe = _Parser(add_help=False, allow_abbrev=False)
+    for action in parser._actions:
+        if action.dest != "help":
+            probe.add_argument(*action.option_strings, dest=action.dest, nargs=action.nargs,
+                               default=argparse.SUPPRESS, type=action.type, choices=action.choices)
+    probe.parse_args(list(argv), namespace=shadow)
+    return set(vars(shadow))
+
+
+def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> tuple[Config, str | None]:
+    """Parse and validate; returns the config and the name of the preset applied (if any)."""
+    from sf_core.presets import preset_for
+
+    parser = parser or build_parser()
+    args = parser.parse_args(list(argv))
+    typed = explicit_flags(parser, argv)
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(Config)}
+    preset_name, preset = preset_for(values["env"])
+    for key, value in preset.items():
+        if key not in typed:
+            values[key] = value
+    cfg = Config(**values)
+    cfg.validate()
+    return cfg, preset_name

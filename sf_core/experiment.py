@@ -1,0 +1,38 @@
+"""The experiment folder `{train_dir}/{experiment}/`: config.json, TensorBoard logs, restart policy."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+
+log = logging.getLogger("sf_core")
+
+
+class Experiment:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.path = os.path.join(cfg.train_dir, cfg.experiment)
+
+    def prepare(self) -> None:
+        """Apply --restart_behavior to an existing folder, then write config.json."""
+        if os.path.isdir(self.path) and os.listdir(self.path):
+            behavior = self.cfg.restart_behavior
+            if behavior == "overwrite":
+                shutil.rmtree(self.path)
+            elif behavior == "restart":
+                aside = f"{self.path}.old_{time.strftime('%Y%m%d_%H%M%S')}"
+                os.rename(self.path, aside)
+                log.info("previous experiment files moved to %s", aside)
+        os.makedirs(self.path, exist_ok=True)
+        tmp = os.path.join(self.path, "config.json.tmp")
+        with open(tmp, "w") as f:
+            f.write(self.cfg.to_json())
+        os.replace(tmp, os.path.join(self.path, "config.json"))
+        log.info("experiment folder: %s", self.path)
+
+    def summary_writer(self):
+        from torch.utils.tensorboard import SummaryWriter
+
+        return SummaryWriter(log_dir=os.path.join(self.path, "tb"), flush_secs=10)

@@ -1,0 +1,104 @@
+"""Inference worker: batched policy forward passes for many envs at once.
+
+Signals in:  policy_request(worker, split, slot, row, has_truncation)   from rollout workers
+             flush_requests()   emitted to itself: it lands behind every request already queued, so
+                                one forward pass serves all of them (batching without polling)
+             stop()
+Signals out: advance_{w}(split)   to the rollout worker whose actions are ready
+             report(stats), component_error(name, details)
+
+Reads observations from the trajectory buffers and writes actions, log-probs, values and the policy
+version into the same rows. For envs truncated on the previous step it also writes the value of
+their final observation (`trunc_values`), which the learner bootstraps from.
+"""
+
+from __future__ import annotations
+
+import time
+
+import gymnasium as gym
+import torch
+
+from algo.model import ActorCritic, ModelSpec
+from sf_core.buffers import BufferLayout, SharedWeights, TrajectoryBuffers
+from sf_core.component import Component, guarded
+from signal_slot.signal_slot import EventLoop, Timer
+
+REPORT_INTERVAL_SEC = 1.0
+
+
+class InferenceWorker(Component):
+    def __init__(self, loop: EventLoop, index: int, cfg, buffers: TrajectoryBuffers, weights: SharedWeights,
+                 layout: BufferLayout, obs_space: gym.Space, action_space: gym.Space, device: str, seed: int):
+        super().__init__(loop, f"inference_worker_{index}")
+        self.index, self.cfg, self.buffers, self.weights, self.layout = index, cfg, buffers, weights, layout
+        self.obs_space, self.action_space, self.device, self.seed = obs_space, action_space, device, seed
+        self.pending: list[tuple[int, int, int, int, bool]] = []
+        self.model: ActorCritic | None = None
+        self.version = -1
+        self.stats = {"requests": 0, "batches": 0, "seconds": 0.0}
+        loop.start.connect(self.on_start)
+
+    @guarded
+    def on_start(self) -> None:
+        torch.manual_seed(self.seed + 7919 * (self.index + 1))
+        self.model = ActorCritic(self.obs_space, self.action_space, ModelSpec.from_config(self.cfg)).to(self.device)
+        self.model.eval()
+        self.version = self.weights.load_into(self.model)
+        self.timer = Timer(self.event_loop, REPORT_INTERVAL_SEC, object_id=f"{self.name}_report_timer")
+        self.timer.timeout.connect(self.send_report)
+
+    @guarded
+    def policy_request(self, worker: int, split: int, slot: int, row: int, has_truncation: bool) -> None:
+        if not self.pending:
+            self.emit("flush_requests")
+        self.pending.append((worker, split, slot, row, has_truncation))
+
+    @guarded
+    def flush_requests(self) -> None:
+        requests, self.pending = self.pending, []
+        if not requests or self.model is None:
+            return
+        started = time.perf_counter()
+        if self.weights.current_version() != self.version:
+            self.version = self.weights.load_into(self.model)
+
+        buf, E = self.buffers, self.layout.envs_per_split
+        slots = torch.tensor([r[2] for r in requests])
+        rows = torch.tensor([r[3] for r in requests])
+        with torch.no_grad():
+            obs = buf.obs[slots, rows].flatten(0, 1).to(self.device)
+            params, values = self.model(obs)
+            dist = self.model.distribution(params)
+            actions = dist.sample()
+            shape = (len(requests), E)
+            buf.actions[slots, rows] = actions.view(shape + actions.shape[1:]).cpu()
+            buf.log_prob[slots, rows] = dist.log_prob(actions).view(shape).cpu()
+            buf.values[slots, rows] = self.model.denormalize_value(values).view(shape).cpu()
+            buf.policy_version[slots, rows] = self.version
+            self._truncation_values([r for r in requests if r[4]])
+
+        for worker, split, *_ in requests:
+            self.emit(f"advance_{worker}", split)
+        self.stats["requests"] += len(requests)
+        self.stats["batches"] += 1
+        self.stats["seconds"] += time.perf_counter() - started
+
+    def _truncation_values(self, requests: list[tuple[int, int, int, int, bool]]) -> None:
+        """V(final observation) for envs cut by a time limit on the previous row of these requests."""
+        # Row 0 is only ever requested right after a reset, so a truncated step is always row - 1
+        # of the same slot (the step that filled the requested row).
+        for worker, split, slot, row, _ in requests:
+            mask = self.buffers.truncated[slot, row - 1]
+            final = self.buffers.final_obs[self.layout.split_index(worker, split)][mask].to(self.device)
+            _, values = self.model(final)
+            self.buffers.trunc_values[slot, row - 1, mask] = self.model.denormalize_value(values).cpu()
+
+    @guarded
+    def send_report(self) -> None:
+        self.emit("report", {"source": "inference", "index": self.index, **self.stats})
+        self.stats = {"requests": 0, "batches": 0, "seconds": 0.0}
+
+    @guarded
+    def stop(self) -> None:
+        self.stop_loop()

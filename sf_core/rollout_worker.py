@@ -1,0 +1,95 @@
+"""Rollout worker: owns envs (in `worker_num_splits` VectorEnvRunners) and steps them on request.
+
+Signals in:  advance_{w}(split)        inference wrote actions for this split's current row
+             slots_freed_{w}(slots)    the batcher is done with these trajectory slots
+             stop()
+Signals out: policy_request(worker, split, slot, row, has_truncation)   to its inference worker
+             new_trajectories(slot)                                      to the batcher
+             report(stats)  component_error(name, details)              to the runner
+
+Double buffering: while one split waits for actions, the worker steps another one.
+"""
+
+from __future__ import annotations
+
+import time
+
+from envs.registry import EnvRegistry
+from sf_core.buffers import BufferLayout, TrajectoryBuffers
+from sf_core.component import Component, guarded
+from signal_slot.signal_slot import EventLoop, Timer
+
+REPORT_INTERVAL_SEC = 1.0
+
+
+class RolloutWorker(Component):
+    def __init__(self, loop: EventLoop, worker: int, cfg, registry: EnvRegistry, buffers: TrajectoryBuffers,
+                 layout: BufferLayout, seed: int):
+        super().__init__(loop, f"rollout_worker_{worker}")
+        self.worker, self.cfg, self.registry = worker, cfg, registry
+        self.buffers, self.layout, self.seed = buffers, layout, seed
+        self.runners = []
+        self.waiting_for_slot: set[int] = set()
+        self.frames = 0
+        self.env_seconds = 0.0
+        self.timer: Timer | None = None
+        loop.start.connect(self.on_start)
+
+    @guarded
+    def on_start(self) -> None:
+        from sf_core.vector_env_runner import VectorEnvRunner
+
+        self.runners = [VectorEnvRunner(self.cfg, self.worker, s, self.registry, self.buffers, self.layout, self.seed)
+                        for s in range(self.layout.num_splits)]
+        self.timer = Timer(self.event_loop, REPORT_INTERVAL_SEC, object_id=f"{self.name}_report_timer")
+        self.timer.timeout.connect(self.send_report)
+        for s, runner in enumerate(self.runners):
+            runner.reset()
+            self._request(s, has_truncation=False)
+
+    def _request(self, split: int, has_truncation: bool) -> None:
+        runner = self.runners[split]
+        self.emit("policy_request", self.worker, split, runner.slot, runner.t, has_truncation)
+
+    @guarded
+    def advance(self, split: int) -> None:
+        runner = self.runners[split]
+        if runner.trajectory_complete():
+            self.emit("new_trajectories", runner.slot)
+            if not runner.next_slot():
+                self.waiting_for_slot.add(split)
+                return
+        self._step(split)
+
+    def _step(self, split: int) -> None:
+        started = time.perf_counter()
+        has_truncation = self.runners[split].step()
+        self.env_seconds += time.perf_counter() - started
+        self.frames += self.layout.envs_per_split * self.cfg.env_frameskip
+        self._request(split, has_truncation)
+
+    @guarded
+    def slots_freed(self, slots: list[int]) -> None:
+        S, K = self.layout.num_splits, self.layout.sets_per_split
+        for slot in slots:
+            split, k = (slot // K) % S, slot % K
+            self.runners[split].release(k)
+            if split in self.waiting_for_slot and self.runners[split].next_slot():
+                self.waiting_for_slot.discard(split)
+                self._step(split)
+
+    @guarded
+    def send_report(self) -> None:
+        episodes = []
+        for runner in self.runners:
+            episodes += runner.finished_episodes
+            runner.finished_episodes = []
+        self.emit("report", {"source": "rollout", "worker": self.worker, "frames": self.frames,
+                             "episodes": episodes, "env_seconds": self.env_seconds})
+        self.frames, self.env_seconds = 0, 0.0
+
+    @guarded
+    def stop(self) -> None:
+        for runner in self.runners:
+            runner.close()
+        self.stop_loop()

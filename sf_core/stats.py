@@ -1,0 +1,92 @@
+"""Training statistics: aggregated from component reports, written to TensorBoard and the console."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+
+import numpy as np
+
+log = logging.getLogger("sf_core")
+
+
+class TrainingStats:
+    def __init__(self, window: int, writer=None):
+        self.started = time.time()
+        self.frames = 0
+        self.samples_trained = 0
+        self.policy_version = 0
+        self.num_episodes = 0
+        self.returns: deque[float] = deque(maxlen=window)
+        self.lengths: deque[int] = deque(maxlen=window)
+        self.learner: dict[str, float] = {}
+        self.fps_history: deque[tuple[float, int]] = deque(maxlen=64)
+        self.seconds = {"env_step": 0.0, "inference": 0.0, "learner": 0.0}
+        self.inference_batches = 0
+        self.inference_requests = 0
+        self.first_frame_at: float | None = None
+        self.writer = writer
+
+    # ---- ingest
+    def add(self, report: dict) -> None:
+        source = report["source"]
+        if source == "rollout":
+            self.frames += report["frames"]
+            if report["frames"] and self.first_frame_at is None:
+                self.first_frame_at = time.time()
+            self.seconds["env_step"] += report["env_seconds"]
+            for ret, length in report["episodes"]:
+                self.returns.append(ret)
+                self.lengths.append(length)
+                self.num_episodes += 1
+        elif source == "inference":
+            self.seconds["inference"] += report["seconds"]
+            self.inference_batches += report["batches"]
+            self.inference_requests += report["requests"]
+        elif source == "learner":
+            self.samples_trained += report["samples"]
+            self.policy_version = report["version"]
+            self.seconds["learner"] += report["train_seconds"]
+            self.learner = {k: v for k, v in report.items() if k not in ("source",)}
+
+    # ---- derived
+    def elapsed(self) -> float:
+        return time.time() - self.started
+
+    def fps(self) -> float:
+        now = time.time()
+        self.fps_history.append((now, self.frames))
+        while len(self.fps_history) > 2 and now - self.fps_history[0][0] > 10.0:
+            self.fps_history.popleft()
+        (t0, f0), (t1, f1) = self.fps_history[0], self.fps_history[-1]
+        return (f1 - f0) / (t1 - t0) if t1 > t0 else 0.0
+
+    def mean_return(self) -> float:
+        return float(np.mean(self.returns)) if self.returns else float("nan")
+
+    # ---- output
+    def write_summaries(self) -> None:
+        if self.writer is None:
+            return
+        step, w = self.frames, self.writer
+        w.add_scalar("perf/fps", self.fps(), step)
+        w.add_scalar("perf/samples_trained", self.samples_trained, step)
+        for name, seconds in self.seconds.items():
+            w.add_scalar(f"perf/{name}_seconds_total", seconds, step)
+        if self.returns:
+            w.add_scalar("episode/return", self.mean_return(), step)
+            w.add_scalar("episode/length", float(np.mean(self.lengths)), step)
+            w.add_scalar("episode/count", self.num_episodes, step)
+        for key, value in self.learner.items():
+            if key == "policy_lag_mean":
+                w.add_scalar("train/policy_lag", value, step)
+            w.add_scalar(f"train/{key}", value, step)
+        w.flush()
+
+    def console_line(self) -> str:
+        lag = self.learner.get("policy_lag_mean", float("nan"))
+        ret = f"{self.mean_return():.1f}" if self.returns else "n/a"
+        return (f"[{self.elapsed():6.1f}s] frames {self.frames:,} | fps {self.fps():,.0f} | "
+                f"return {ret} (last {len(self.returns)} of {self.num_episodes} episodes) | "
+                f"policy v{self.policy_version} lag {lag:.1f} | trained {self.samples_trained:,}")
