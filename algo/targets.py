@@ -40,7 +40,7 @@ def discounted_cumsum(x: torch.Tensor, discounts: torch.Tensor) -> torch.Tensor:
 def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, gamma: float, lam: float
         ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalized advantage estimation. Returns (advantages [T, B], value targets [T, B])."""
-    not_done = 1.0 - dones.float()
+    not_done = 1.0 - dones.to(rewards.dtype)
     deltas = rewards + gamma * not_done * values[1:] - values[:-1]
     advantages = discounted_cumsum(deltas, gamma * lam * not_done)
     return advantages, advantages + values[:-1]
@@ -55,7 +55,7 @@ def vtrace(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, log
     ratio = log_ratio.exp()
     rho = ratio.clamp(max=rho_bar)
     c = lam * ratio.clamp(max=c_bar)
-    not_done = 1.0 - dones.float()
+    not_done = 1.0 - dones.to(rewards.dtype)
     deltas = rho * (rewards + gamma * not_done * values[1:] - values[:-1])
     vs = values[:-1] + discounted_cumsum(deltas, gamma * not_done * c)
     vs_next = torch.cat([vs[1:], values[-1:]], dim=0)

@@ -9,6 +9,7 @@ the original traceback; the process that hosts the loop sends it to the runner (
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import signal as os_signal
 import threading
@@ -71,6 +72,12 @@ def configure_process(torch_threads: int) -> None:
     """In a component process: leave Ctrl-C to the runner, and keep torch to its thread budget."""
     os_signal.signal(os_signal.SIGINT, os_signal.SIG_IGN)
     torch.set_num_threads(torch_threads)
+    quiet_signal_slot_logs()
+
+
+def quiet_signal_slot_logs() -> None:
+    # the library logs slot exceptions itself; ours reach the runner with the component's name
+    logging.getLogger("signal_slot").setLevel(logging.CRITICAL)
 
 
 class ComponentProcess(EventLoopProcess):

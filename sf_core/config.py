@@ -45,6 +45,9 @@ class Config:
     seed: int = flag(-1, "experiment", "Random seed; -1 picks one and records it in config.json.")
     train_for_env_steps: int = flag(10_000_000_000, "experiment", "Stop after this many env frames have been sampled.")
     train_for_seconds: float = flag(1e10, "experiment", "Stop after this many seconds of training.")
+    target_mean_return: float = flag(
+        float("inf"), "experiment", "Stop once the mean return of the last --stats_window episodes reaches this."
+    )
 
     # --- env
     env_frameskip: int = flag(1, "env", "Frames per env step; env frames count frameskip × steps.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -26,11 +27,18 @@ class Experiment:
                 os.rename(self.path, aside)
                 log.info("previous experiment files moved to %s", aside)
         os.makedirs(self.path, exist_ok=True)
-        tmp = os.path.join(self.path, "config.json.tmp")
-        with open(tmp, "w") as f:
-            f.write(self.cfg.to_json())
-        os.replace(tmp, os.path.join(self.path, "config.json"))
+        self._write_atomically("config.json", self.cfg.to_json())
         log.info("experiment folder: %s", self.path)
+
+    def write_summary(self, summary: dict) -> None:
+        """training_summary.json: how the run ended and what it reached (read by tests and benchmarks)."""
+        self._write_atomically("training_summary.json", json.dumps(summary, indent=2))
+
+    def _write_atomically(self, name: str, text: str) -> None:
+        tmp = os.path.join(self.path, f"{name}.tmp")
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, os.path.join(self.path, name))
 
     def summary_writer(self):
         from torch.utils.tensorboard import SummaryWriter

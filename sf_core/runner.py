@@ -50,6 +50,7 @@ def resolve_device(requested: str) -> str:
 
 class Runner(Component):
     def __init__(self, cfg: Config, registry: EnvRegistry | None = None):
+        self.launched = time.time()
         self.seed = cfg.seed if cfg.seed >= 0 else random.randrange(2**31)
         self.cfg = replace(cfg, seed=self.seed)
         self.registry = registry or registry_snapshot()
@@ -62,6 +63,7 @@ class Runner(Component):
         self.dead_since: dict[str, float] = {}
         self.stats: TrainingStats | None = None
         self.experiment: Experiment | None = None
+        self.stopping = False
 
     # ---------------------------------------------------------------- setup
     def _probe_spaces(self):
@@ -73,7 +75,8 @@ class Runner(Component):
 
     def _build(self) -> None:
         cfg = self.cfg
-        self.registry.check_picklable()
+        if not cfg.serial_mode:
+            self.registry.check_picklable()
         obs_space, action_space = self._probe_spaces()
         device = resolve_device(cfg.device)
         ctx = multiprocessing.get_context(cfg.mp_start_method)
@@ -138,10 +141,10 @@ class Runner(Component):
     # ---------------------------------------------------------------- run
     def run(self) -> int:
         """Train until a stop condition; returns the process exit code."""
+        self._build()  # first: a bad env or model fails before any file is written
         self.experiment = Experiment(self.cfg)
         self.experiment.prepare()
-        self._build()
-        self.stats = TrainingStats(self.cfg.stats_window, self.experiment.summary_writer())
+        self.stats = TrainingStats(self.cfg.stats_window, self.experiment.summary_writer(), self.launched)
         timer = Timer(self.loop, CHECK_INTERVAL_SEC, object_id="runner_check_timer")
         timer.timeout.connect(self.check)
         self.last_summary = self.last_console = time.time()
@@ -181,7 +184,8 @@ class Runner(Component):
 
     def _fail(self, component: str, details: str) -> None:
         if self.error is None:
-            self.error = f"training stopped: {component} failed:\n{details}"
+            headline = details.strip().splitlines()[-1] if details.strip() else "unknown error"
+            self.error = f"training stopped: {component} failed: {headline}\n{details}"
             self.exit_code = EXIT_ERROR
 
     @guarded
@@ -201,6 +205,10 @@ class Runner(Component):
             elif stats.elapsed() >= cfg.train_for_seconds:
                 log.info("reached --train_for_seconds=%g", cfg.train_for_seconds)
                 self.exit_code = EXIT_OK
+            elif len(stats.returns) >= cfg.stats_window and stats.mean_return() >= cfg.target_mean_return:
+                log.info("reached --target_mean_return=%g", cfg.target_mean_return)
+                stats.target_reached_at = now
+                self.exit_code = EXIT_OK
         if self.exit_code is not None:
             self._shutdown()
 
@@ -214,9 +222,9 @@ class Runner(Component):
                 self._fail(proc.name, f"process {proc.name} (pid {proc.pid}) died with exit code {proc.exitcode}")
 
     def _shutdown(self) -> None:
-        if getattr(self, "_stopping", False):
+        if self.stopping:
             return
-        self._stopping = True
+        self.stopping = True
         log.info(self.stats.console_line())
         self.emit("stop")
         self._stop_processes()
@@ -238,6 +246,7 @@ class Runner(Component):
     def _close(self) -> None:
         if self.stats is not None:
             self.stats.write_summaries()
+            self.experiment.write_summary(self.stats.summary(self.exit_code, self.error))
             if self.stats.writer is not None:
                 self.stats.writer.close()
         for proc in self.processes:

@@ -12,8 +12,8 @@ log = logging.getLogger("sf_core")
 
 
 class TrainingStats:
-    def __init__(self, window: int, writer=None):
-        self.started = time.time()
+    def __init__(self, window: int, writer=None, started: float | None = None):
+        self.started = started or time.time()
         self.frames = 0
         self.samples_trained = 0
         self.policy_version = 0
@@ -26,6 +26,7 @@ class TrainingStats:
         self.inference_batches = 0
         self.inference_requests = 0
         self.first_frame_at: float | None = None
+        self.target_reached_at: float | None = None
         self.writer = writer
 
     # ---- ingest
@@ -64,6 +65,18 @@ class TrainingStats:
 
     def mean_return(self) -> float:
         return float(np.mean(self.returns)) if self.returns else float("nan")
+
+    def summary(self, exit_code: int | None, error: str | None) -> dict:
+        return {
+            "exit_code": exit_code, "error": error, "seconds": self.elapsed(), "frames": self.frames,
+            "samples_trained": self.samples_trained, "policy_version": self.policy_version,
+            "episodes": self.num_episodes, "mean_return": self.mean_return() if self.returns else None,
+            "mean_length": float(np.mean(self.lengths)) if self.lengths else None,
+            "time_to_first_frame": self.first_frame_at - self.started if self.first_frame_at else None,
+            "time_to_target": self.target_reached_at - self.started if self.target_reached_at else None,
+            "component_seconds": dict(self.seconds),
+            "final_learner_stats": dict(self.learner),
+        }
 
     # ---- output
     def write_summaries(self) -> None:

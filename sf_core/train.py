@@ -7,6 +7,7 @@ import sys
 from typing import Sequence
 
 from envs.registry import EnvNotFoundError
+from sf_core.component import quiet_signal_slot_logs
 from sf_core.config import ConfigError, build_parser, parse_args
 
 log = logging.getLogger("sf_core")
@@ -19,7 +20,7 @@ def setup_logging() -> None:
         log.addHandler(handler)
         log.setLevel(logging.INFO)
         log.propagate = False
-    logging.getLogger("signal_slot").setLevel(logging.ERROR)
+    quiet_signal_slot_logs()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,59 @@
+"""Every test must leave no child process and no shared-memory file behind."""
+
+import os
+import sys
+import time
+
+import psutil
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _shm_files() -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except FileNotFoundError:
+        return set()
+
+
+def _live_children(exclude: set[int]) -> list[psutil.Process]:
+    """Our live descendants, except multiprocessing's own per-interpreter helper (resource tracker)."""
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.pid in exclude or p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if any("resource_tracker" in part or "forkserver" in part for part in p.cmdline()):
+                continue
+            found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers():
+    before_children = {p.pid for p in psutil.Process().children(recursive=True)}
+    before_shm = _shm_files()
+    yield
+    deadline = time.time() + 10
+    leftover = _live_children(before_children)
+    while leftover and time.time() < deadline:
+        time.sleep(0.1)
+        leftover = _live_children(before_children)
+    described = [(p.pid, p.name()) for p in leftover]
+    for p in leftover:
+        p.kill()
+    assert not leftover, f"child processes left behind: {described}"
+    new_shm = {f for f in _shm_files() - before_shm if "torch" in f or "sf_core" in f}
+    assert not new_shm, f"shared-memory files left behind: {sorted(new_shm)}"
+
+
+def run_cli(args: list[str], timeout: float, cwd: str | None = None, script: str | None = None):
+    """Run `python -m sf_core.train ARGS` (or a script) in a fresh interpreter; returns CompletedProcess."""
+    import subprocess
+
+    cmd = [sys.executable, script] if script else [sys.executable, "-m", "sf_core.train"]
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run(cmd + args, capture_output=True, text=True, timeout=timeout, cwd=cwd or REPO, env=env)
