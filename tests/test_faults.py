@@ -1,0 +1,195 @@
+"""Bad input and failures end with one clear message, a non-zero exit and no process left behind."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from tests.conftest import REPO, run_cli
+from tests.helpers import train
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("args, message", [
+    (["--env=NoSuchEnv-v0"], "unknown env 'NoSuchEnv-v0'"),
+    (["--env=CartPole-v1", "--not_a_flag=3"], "unrecognized arguments: --not_a_flag=3"),
+    (["--env=CartPole-v1", "--num_workers=0"], "--num_workers must be at least 1, got 0"),
+    (["--env=CartPole-v1", "--learning_rate=fast"], "argument --learning_rate: invalid float value: 'fast'"),
+    (["--env=CartPole-v1", "--num_envs_per_worker=7"], "must be divisible by --worker_num_splits=2"),
+])
+def test_bad_input_is_one_clear_error(tmp_path, args, message):
+    started = time.time()
+    result = run_cli(args + [f"--train_dir={tmp_path}"], timeout=50)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert time.time() - started < 30
+
+
+def test_help_lists_grouped_flags():
+    result = run_cli(["--help"], timeout=50)
+    assert result.returncode == 0
+    for group in ("rollout:", "learning:", "model:", "env:", "logging:"):
+        assert group in result.stdout
+    assert "--worker_num_splits" in result.stdout
+
+
+EXPLODING = textwrap.dedent('''
+    import sys
+
+    import gymnasium as gym
+
+    import sf_core.train
+    from sf_core import register_env
+
+
+    class Exploding(gym.Wrapper):
+        def __init__(self, env):
+            super().__init__(env)
+            self.steps = 0
+
+        def step(self, action):
+            self.steps += 1
+            if self.steps == 200:
+                raise RuntimeError("the simulator exploded at step 200")
+            return self.env.step(action)
+
+
+    def make(name, cfg, ctx):
+        return Exploding(gym.make("CartPole-v1"))
+
+
+    if __name__ == "__main__":
+        register_env("Exploding-v0", make)
+        sys.exit(sf_core.train.main(["--env=Exploding-v0"] + sys.argv[1:]))
+''')
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", ["--serial_mode=True", "--serial_mode=False"])
+def test_env_exception_stops_training_with_its_traceback(tmp_path, mode):
+    script = tmp_path / "exploding.py"
+    script.write_text(EXPLODING)
+    started = time.time()
+    result = run_cli([mode, "--num_workers=2", f"--train_dir={tmp_path}", "--train_for_seconds=60"],
+                     timeout=80, script=str(script), cwd=str(tmp_path))
+    output = result.stdout + result.stderr
+    assert result.returncode == 1
+    assert "rollout_worker_" in output and "failed" in output
+    assert "the simulator exploded at step 200" in output
+    assert "Exploding-v0" in output
+    assert time.time() - started < 40
+
+
+NAN_ENV = textwrap.dedent('''
+    import sys
+
+    import gymnasium as gym
+    import numpy as np
+
+    import sf_core.train
+    from sf_core import register_env
+
+
+    class NaNReward(gym.Wrapper):
+        def step(self, action):
+            obs, reward, term, trunc, info = self.env.step(action)
+            return obs, float("nan"), term, trunc, info
+
+
+    def make(name, cfg, ctx):
+        return NaNReward(gym.make("CartPole-v1"))
+
+
+    if __name__ == "__main__":
+        register_env("NaNReward-v0", make)
+        sys.exit(sf_core.train.main(["--env=NaNReward-v0", "--num_workers=1"] + sys.argv[1:]))
+''')
+
+
+@pytest.mark.timeout(90)
+def test_nan_reward_is_named_not_trained_on(tmp_path):
+    script = tmp_path / "nan_env.py"
+    script.write_text(NAN_ENV)
+    result = run_cli([f"--train_dir={tmp_path}", "--train_for_seconds=60"], timeout=80, script=str(script),
+                     cwd=str(tmp_path))
+    assert result.returncode == 1
+    assert "non-finite observation or reward" in result.stdout + result.stderr
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_stops_every_process(tmp_path, sig, code):
+    env = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.Popen([sys.executable, "-m", "sf_core.train", "--env=CartPole-v1", "--num_workers=2",
+                             f"--train_dir={tmp_path}", "--train_for_seconds=120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+    try:
+        deadline = time.time() + 30
+        children = []
+        while time.time() < deadline:  # wait until training is really running
+            children = psutil.Process(proc.pid).children(recursive=True)
+            if (tmp_path / "default_experiment" / "config.json").exists() and len(children) >= 4:
+                break
+            time.sleep(0.2)
+        time.sleep(1.0)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(sig)
+        started = time.time()
+        output, _ = proc.communicate(timeout=15)
+        assert time.time() - started < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, output[-2000:]
+    gone, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive, f"processes outlived the trainer: {alive}"
+
+
+@pytest.mark.timeout(60)
+def test_killed_worker_process_is_reported(tmp_path):
+    env = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.Popen([sys.executable, "-m", "sf_core.train", "--env=CartPole-v1", "--num_workers=2",
+                             f"--train_dir={tmp_path}", "--train_for_seconds=120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+    try:
+        deadline = time.time() + 30
+        victim = None
+        while time.time() < deadline and victim is None:
+            time.sleep(0.5)
+            kids = [c for c in psutil.Process(proc.pid).children() if "resource_tracker" not in " ".join(c.cmdline())]
+            if len(kids) >= 4:  # 1 inference worker, 2 rollout workers, 1 learner
+                victim = kids[1]
+        assert victim is not None, "training did not start its processes"
+        time.sleep(2.0)
+        victim.kill()
+        output, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, output[-2000:]
+    assert "died with exit code -9" in output
+
+
+@pytest.mark.timeout(120)
+def test_two_trainings_in_one_interpreter_are_independent(tmp_path):
+    import gymnasium as gym
+
+    from envs.registry import registry_snapshot
+    from sf_core import register_env
+
+    register_env("FirstRunOnly-v0", lambda name, cfg, ctx: gym.make("CartPole-v1"))
+    code1, first = train(tmp_path, "--env=FirstRunOnly-v0", "--serial_mode=True", "--seed=5",
+                         "--train_for_env_steps=120000", experiment="one")
+    code2, second = train(tmp_path, "--env=CartPole-v1", "--serial_mode=True", "--seed=5",
+                          "--train_for_env_steps=2000", experiment="two")
+    assert code1 == code2 == 0
+    # the second run starts from a fresh model and fresh counters, not from where the first stopped
+    assert second["frames"] < first["frames"]
+    assert first["mean_return"] > 2 * second["mean_return"], (first["mean_return"], second["mean_return"])
+    assert "FirstRunOnly-v0" in registry_snapshot().factories  # user registrations persist, by design
