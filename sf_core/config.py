@@ -113,6 +113,7 @@ class Config:
         choices=("spawn", "forkserver", "fork"),
     )
     heartbeat_timeout: float = flag(30.0, "system", "Seconds a component process may stay unresponsive.")
+    sampling_only: bool = flag(False, "system", "Benchmarking: sample with inference but skip SGD (no learning).")
 
     # ----------------------------------------------------------------------------------------------
     def dataset_size(self) -> int:
