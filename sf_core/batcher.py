@@ -21,13 +21,14 @@ import torch
 
 from sf_core.buffers import BufferLayout, DatasetBuffers, TrajectoryBuffers
 from sf_core.component import Component, guarded
+from sf_core.heartbeat import Heartbeats
 from signal_slot.signal_slot import EventLoop
 
 
 class Batcher(Component):
     def __init__(self, loop: EventLoop, cfg, buffers: TrajectoryBuffers, datasets: DatasetBuffers,
-                 layout: BufferLayout):
-        super().__init__(loop, "batcher")
+                 layout: BufferLayout, heartbeats: Heartbeats | None = None):
+        super().__init__(loop, "batcher", heartbeats)
         self.cfg, self.buffers, self.datasets, self.layout = cfg, buffers, datasets, layout
         self.num_trajectories = cfg.dataset_size() // cfg.rollout
         self.ready: deque[tuple[int, int]] = deque()  # (slot, env) trajectories not yet copied
@@ -50,6 +51,7 @@ class Batcher(Component):
 
     def _build(self) -> None:
         while self.free_datasets and len(self.ready) >= self.num_trajectories:
+            self.beat("copying trajectories into a dataset")
             index = self.free_datasets.popleft()
             units = [self.ready.popleft() for _ in range(self.num_trajectories)]
             slots = torch.tensor([u[0] for u in units])

@@ -17,6 +17,7 @@ import traceback
 from typing import Any, Callable
 
 import torch
+from sf_core.heartbeat import Heartbeats
 from signal_slot.signal_slot import EventLoop, EventLoopObject, EventLoopProcess, Timer
 
 
@@ -55,9 +56,24 @@ class Component(EventLoopObject):
     threads emitting the same signal could race on, and allow per-receiver signal names.
     """
 
-    def __init__(self, event_loop: EventLoop, name: str):
+    HEARTBEAT_SEC = 0.5
+
+    def __init__(self, event_loop: EventLoop, name: str, heartbeats: Heartbeats | None = None):
         super().__init__(event_loop, name)
         self.name = name
+        self.heartbeats = heartbeats
+        self.heartbeat_index = heartbeats.index(name) if heartbeats is not None else -1
+        if heartbeats is not None:
+            self.heartbeat_timer = Timer(event_loop, self.HEARTBEAT_SEC, object_id=f"{name}_heartbeat")
+            self.heartbeat_timer.timeout.connect(self.idle_heartbeat)
+
+    def beat(self, activity: str) -> None:
+        if self.heartbeats is not None:
+            self.heartbeats.beat(self.heartbeat_index, activity)
+
+    def idle_heartbeat(self) -> None:
+        # a timer fires only between slots, so the component is idle right now
+        self.beat("waiting for signals")
 
     def report_error(self, error: BaseException) -> None:
         details = error.details if isinstance(error, ComponentError) else _describe(error)
@@ -65,6 +81,7 @@ class Component(EventLoopObject):
         self.emit("component_error", component, details)
 
     def stop_loop(self) -> None:
+        self.beat("stopped")
         self.event_loop.stop()
 
 

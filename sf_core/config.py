@@ -45,6 +45,8 @@ class Config:
     seed: int = flag(-1, "experiment", "Random seed; -1 picks one and records it in config.json.")
     train_for_env_steps: int = flag(10_000_000_000, "experiment", "Stop after this many env frames have been sampled.")
     train_for_seconds: float = flag(1e10, "experiment", "Stop after this many seconds of training.")
+    save_every_sec: float = flag(120.0, "experiment", "Seconds between checkpoints (also saved at every stop).")
+    keep_checkpoints: int = flag(2, "experiment", "Periodic checkpoints kept (the best one is kept as well).")
     target_mean_return: float = flag(
         float("inf"), "experiment", "Stop once the mean return of the last --stats_window episodes reaches this."
     )
@@ -53,6 +55,11 @@ class Config:
     env_frameskip: int = flag(1, "env", "Frames per env step; env frames count frameskip × steps.")
     reward_scale: float = flag(1.0, "env", "Rewards are multiplied by this before learning.")
     reward_clip: float = flag(1000.0, "env", "Scaled rewards are clipped to [-reward_clip, reward_clip].")
+    env_fault_policy: str = flag(
+        "stop", "env", "When an env raises: stop training (with a checkpoint), or restart that split's envs "
+        "and carry on (the half-finished trajectory is discarded; faults are counted in TensorBoard).",
+        choices=("stop", "restart"),
+    )
 
     # --- rollout
     num_workers: int = flag(max(1, os.cpu_count() or 1), "rollout", "Rollout worker processes.")
@@ -128,12 +135,12 @@ class Config:
             raise ConfigError("--env is required (a registered env name or a gymnasium id such as CartPole-v1)")
         positive = ("num_workers", "num_envs_per_worker", "worker_num_splits", "policy_workers_per_policy",
                     "rollout", "batch_size", "num_batches_per_epoch", "num_epochs", "torch_threads",
-                    "stats_window", "env_frameskip")
+                    "stats_window", "env_frameskip", "keep_checkpoints")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name} must be at least 1, got {getattr(self, name)}")
         for name in ("learning_rate", "train_for_seconds", "heartbeat_timeout", "report_interval",
-                     "experiment_summaries_interval"):
+                     "experiment_summaries_interval", "save_every_sec"):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
                 raise ConfigError(f"--{name} must be a positive number, got {value}")

@@ -16,9 +16,9 @@ class Experiment:
         self.cfg = cfg
         self.path = os.path.join(cfg.train_dir, cfg.experiment)
 
-    def prepare(self) -> None:
+    def prepare(self, resuming: bool) -> None:
         """Apply --restart_behavior to an existing folder, then write config.json."""
-        if os.path.isdir(self.path) and os.listdir(self.path):
+        if os.path.isdir(self.path) and os.listdir(self.path) and not resuming:
             behavior = self.cfg.restart_behavior
             if behavior == "overwrite":
                 shutil.rmtree(self.path)
@@ -40,7 +40,10 @@ class Experiment:
             f.write(text)
         os.replace(tmp, os.path.join(self.path, name))
 
-    def summary_writer(self):
+    def summary_writer(self, start_frames: int = 0):
+        """TensorBoard writer; on resume, events logged after the checkpoint (lost work) are purged
+        so the curves continue from where the checkpoint left them."""
         from torch.utils.tensorboard import SummaryWriter
 
-        return SummaryWriter(log_dir=os.path.join(self.path, "tb"), flush_secs=10)
+        return SummaryWriter(log_dir=os.path.join(self.path, "tb"), flush_secs=10,
+                             purge_step=start_frames if start_frames > 0 else None)

@@ -22,6 +22,7 @@ import torch
 from algo.model import ActorCritic, ModelSpec
 from sf_core.buffers import BufferLayout, SharedWeights, TrajectoryBuffers
 from sf_core.component import Component, guarded
+from sf_core.heartbeat import Heartbeats
 from signal_slot.signal_slot import EventLoop, Timer
 
 REPORT_INTERVAL_SEC = 1.0
@@ -29,8 +30,9 @@ REPORT_INTERVAL_SEC = 1.0
 
 class InferenceWorker(Component):
     def __init__(self, loop: EventLoop, index: int, cfg, buffers: TrajectoryBuffers, weights: SharedWeights,
-                 layout: BufferLayout, obs_space: gym.Space, action_space: gym.Space, device: str, seed: int):
-        super().__init__(loop, f"inference_worker_{index}")
+                 layout: BufferLayout, obs_space: gym.Space, action_space: gym.Space, device: str, seed: int,
+                 heartbeats: Heartbeats | None = None):
+        super().__init__(loop, f"inference_worker_{index}", heartbeats)
         self.index, self.cfg, self.buffers, self.weights, self.layout = index, cfg, buffers, weights, layout
         self.obs_space, self.action_space, self.device, self.seed = obs_space, action_space, device, seed
         self.pending: list[tuple[int, int, int, int, bool]] = []
@@ -60,6 +62,7 @@ class InferenceWorker(Component):
         if not requests or self.model is None:
             return
         started = time.perf_counter()
+        self.beat("policy forward pass")
         if self.weights.current_version() != self.version:
             self.version = self.weights.load_into(self.model)
 

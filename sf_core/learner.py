@@ -1,9 +1,10 @@
 """Learner: trains on each dataset the batcher prepares and publishes the new weights.
 
 Signals in:  batch_ready(index)   from the batcher
+             save_checkpoint(runner_state, is_best)   from the runner
              stop()
 Signals out: batch_consumed(index)   to the batcher (after the new weights are published)
-             report(stats), component_error(...)   to the runner
+             checkpoint_saved(path), report(stats), component_error(...)   to the runner
 
 The algorithm itself (targets, losses, SGD) is `algo.appo.APPO`; this module only moves data.
 """
@@ -17,15 +18,19 @@ import torch
 
 from algo.appo import APPO, APPOParams
 from algo.model import ActorCritic, ModelSpec
+from sf_core import checkpoint
 from sf_core.buffers import DatasetBuffers, SharedWeights
 from sf_core.component import Component, guarded
+from sf_core.heartbeat import Heartbeats
 from signal_slot.signal_slot import EventLoop
 
 
 class Learner(Component):
     def __init__(self, loop: EventLoop, cfg, datasets: DatasetBuffers, weights: SharedWeights,
-                 obs_space: gym.Space, action_space: gym.Space, device: str, seed: int):
-        super().__init__(loop, "learner")
+                 obs_space: gym.Space, action_space: gym.Space, device: str, seed: int,
+                 checkpoint_dir: str, resume_from: str | None, heartbeats: Heartbeats | None = None):
+        super().__init__(loop, "learner", heartbeats)
+        self.checkpoint_dir, self.resume_from = checkpoint_dir, resume_from
         self.cfg, self.datasets, self.weights = cfg, datasets, weights
         self.obs_space, self.action_space, self.device, self.seed = obs_space, action_space, device, seed
         self.version = 0
@@ -44,6 +49,28 @@ class Learner(Component):
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
                                      betas=(cfg.adam_beta1, cfg.adam_beta2))
         self.algo = APPO(model, optimizer, APPOParams.from_config(cfg))
+        if self.resume_from:
+            state = checkpoint.load(self.resume_from, map_location=self.device)
+            optimizer.load_state_dict(state["optimizer"])
+            self.samples_trained = state["samples_trained"]
+            checkpoint.restore_rng(state["rng"])
+
+    @guarded
+    def save_checkpoint(self, runner_state: dict, is_best: bool) -> None:
+        if self.algo is None:
+            return
+        self.beat("saving a checkpoint")
+        state = {
+            "version": self.version,
+            "model": self.algo.model.state_dict(),
+            "optimizer": self.algo.optimizer.state_dict(),
+            "samples_trained": self.samples_trained,
+            "learning_rate": self._learning_rate(),
+            "rng": checkpoint.rng_state(),
+            "runner": runner_state,
+        }
+        path = checkpoint.save(self.checkpoint_dir, state, self.cfg.keep_checkpoints, is_best)
+        self.emit("checkpoint_saved", path)
 
     def _learning_rate(self) -> float:
         if self.cfg.lr_schedule == "linear_decay":
@@ -57,6 +84,7 @@ class Learner(Component):
             self.emit("batch_consumed", index)
             return
         started = time.perf_counter()
+        self.beat("training on a dataset")
         dataset = self.datasets[index]
         data = {key: t.to(self.device, non_blocking=True) for key, t in dataset.items()}
         data = {key: (t if key == "obs" else t[:-1]) for key, t in data.items()}  # obs keeps the bootstrap row

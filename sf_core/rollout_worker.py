@@ -12,39 +12,44 @@ Double buffering: while one split waits for actions, the worker steps another on
 
 from __future__ import annotations
 
+import logging
 import time
 
 from envs.registry import EnvRegistry
 from sf_core.buffers import BufferLayout, TrajectoryBuffers
 from sf_core.component import Component, guarded
+from sf_core.heartbeat import Heartbeats
+from sf_core.vector_env_runner import EnvStepError, VectorEnvRunner
 from signal_slot.signal_slot import EventLoop, Timer
+
+log = logging.getLogger("sf_core")
 
 REPORT_INTERVAL_SEC = 0.25  # frames counted this often: bounds overshoot of --train_for_env_steps
 
 
 class RolloutWorker(Component):
     def __init__(self, loop: EventLoop, worker: int, cfg, registry: EnvRegistry, buffers: TrajectoryBuffers,
-                 layout: BufferLayout, seed: int):
-        super().__init__(loop, f"rollout_worker_{worker}")
+                 layout: BufferLayout, seed: int, heartbeats: Heartbeats | None = None):
+        super().__init__(loop, f"rollout_worker_{worker}", heartbeats)
         self.worker, self.cfg, self.registry = worker, cfg, registry
         self.buffers, self.layout, self.seed = buffers, layout, seed
         self.runners = []
         self.waiting_for_slot: set[int] = set()
         self.frames = 0
         self.env_seconds = 0.0
+        self.env_faults = 0
         self.timer: Timer | None = None
         loop.start.connect(self.on_start)
 
     @guarded
     def on_start(self) -> None:
-        from sf_core.vector_env_runner import VectorEnvRunner
-
         self.runners = [VectorEnvRunner(self.cfg, self.worker, s, self.registry, self.buffers, self.layout, self.seed)
                         for s in range(self.layout.num_splits)]
         self.timer = Timer(self.event_loop, REPORT_INTERVAL_SEC, object_id=f"{self.name}_report_timer")
         self.timer.timeout.connect(self.send_report)
+        self.beat("resetting envs")
         for s, runner in enumerate(self.runners):
-            runner.reset()
+            runner.reset(runner.take_free_slot())
             self._request(s, has_truncation=False)
 
     def _request(self, split: int, has_truncation: bool) -> None:
@@ -63,10 +68,29 @@ class RolloutWorker(Component):
 
     def _step(self, split: int) -> None:
         started = time.perf_counter()
-        has_truncation = self.runners[split].step()
+        self.beat("stepping envs")
+        try:
+            has_truncation = self.runners[split].step()
+        except EnvStepError as exc:
+            if self.cfg.env_fault_policy != "restart":
+                raise
+            self._restart_split(split, exc)
+            return
         self.env_seconds += time.perf_counter() - started
         self.frames += self.layout.envs_per_split * self.cfg.env_frameskip
         self._request(split, has_truncation)
+
+    def _restart_split(self, split: int, error: EnvStepError) -> None:
+        """--env_fault_policy=restart: new envs, and the half-finished trajectory is written over."""
+        self.env_faults += 1
+        log.warning("%s: %s; restarting split %d's envs (fault %d on this worker)", self.name, error, split,
+                    self.env_faults)
+        self.beat("resetting envs")
+        runner = self.runners[split]
+        runner.close()
+        self.runners[split] = runner.recreated()
+        self.runners[split].reset(runner.slot)
+        self._request(split, has_truncation=False)
 
     @guarded
     def slots_freed(self, slots: list[int]) -> None:
@@ -85,8 +109,8 @@ class RolloutWorker(Component):
             episodes += runner.finished_episodes
             runner.finished_episodes = []
         self.emit("report", {"source": "rollout", "worker": self.worker, "frames": self.frames,
-                             "episodes": episodes, "env_seconds": self.env_seconds})
-        self.frames, self.env_seconds = 0, 0.0
+                             "episodes": episodes, "env_seconds": self.env_seconds, "env_faults": self.env_faults})
+        self.frames, self.env_seconds, self.env_faults = 0, 0.0, 0
 
     @guarded
     def stop(self) -> None:

@@ -27,6 +27,9 @@ class TrainingStats:
         self.inference_requests = 0
         self.first_frame_at: float | None = None
         self.target_reached_at: float | None = None
+        self.env_faults = 0
+        self.checkpoints_saved = 0
+        self.previous_seconds = 0.0  # training time of earlier sessions of a resumed experiment
         self.writer = writer
 
     # ---- ingest
@@ -37,6 +40,7 @@ class TrainingStats:
             if report["frames"] and self.first_frame_at is None:
                 self.first_frame_at = time.time()
             self.seconds["env_step"] += report["env_seconds"]
+            self.env_faults += report["env_faults"]
             for ret, length in report["episodes"]:
                 self.returns.append(ret)
                 self.lengths.append(length)
@@ -50,6 +54,24 @@ class TrainingStats:
             self.policy_version = report["version"]
             self.seconds["learner"] += report["train_seconds"]
             self.learner = {k: v for k, v in report.items() if k not in ("source",)}
+
+    # ---- persistence across a resume
+    def checkpoint_state(self, best_mean_return: float) -> dict:
+        return {"frames": self.frames, "samples_trained": self.samples_trained, "episodes": self.num_episodes,
+                "policy_version": self.policy_version,
+                "env_faults": self.env_faults, "training_seconds": self.previous_seconds + self.elapsed(),
+                "mean_return": self.mean_return() if self.returns else None,
+                "best_mean_return": float(best_mean_return), "recent_returns": [float(r) for r in self.returns],
+                "recent_lengths": [int(n) for n in self.lengths]}
+
+    def restore(self, state: dict) -> None:
+        self.frames, self.samples_trained = state["frames"], state["samples_trained"]
+        self.num_episodes, self.env_faults = state["episodes"], state["env_faults"]
+        self.policy_version = state["policy_version"]
+        self.previous_seconds = state["training_seconds"]
+        self.returns.extend(state["recent_returns"])
+        self.lengths.extend(state["recent_lengths"])
+        self.fps_history.clear()
 
     # ---- derived
     def elapsed(self) -> float:
@@ -74,7 +96,8 @@ class TrainingStats:
             "mean_length": float(np.mean(self.lengths)) if self.lengths else None,
             "time_to_first_frame": self.first_frame_at - self.started if self.first_frame_at else None,
             "time_to_target": self.target_reached_at - self.started if self.target_reached_at else None,
-            "component_seconds": dict(self.seconds),
+            "component_seconds": dict(self.seconds), "env_faults": self.env_faults,
+            "checkpoints_saved": self.checkpoints_saved,
             "final_learner_stats": dict(self.learner),
         }
 
@@ -91,6 +114,8 @@ class TrainingStats:
             w.add_scalar("episode/return", self.mean_return(), step)
             w.add_scalar("episode/length", float(np.mean(self.lengths)), step)
             w.add_scalar("episode/count", self.num_episodes, step)
+        w.add_scalar("faults/env_restarts", self.env_faults, step)
+        w.add_scalar("perf/training_hours", (self.previous_seconds + self.elapsed()) / 3600, step)
         for key, value in self.learner.items():
             if key == "policy_lag_mean":
                 w.add_scalar("train/policy_lag", value, step)

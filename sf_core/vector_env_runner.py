@@ -37,6 +37,7 @@ def env_action_converter(space: gym.Space) -> Callable[[np.ndarray], Any]:
 class VectorEnvRunner:
     def __init__(self, cfg, worker: int, split: int, registry: EnvRegistry, buffers: TrajectoryBuffers,
                  layout: BufferLayout, seed: int):
+        self._args = (cfg, worker, split, registry, buffers, layout, seed)
         self.cfg, self.worker, self.split = cfg, worker, split
         self.layout = layout
         self.split_index = layout.split_index(worker, split)
@@ -68,11 +69,23 @@ class VectorEnvRunner:
     def env_name(self, e: int) -> str:
         return f"env {self.cfg.env!r} (worker {self.worker}, split {self.split}, env {e})"
 
-    def reset(self) -> None:
-        self.slot = self.layout.slot_index(self.worker, self.split, self.free_sets.popleft())
+    def take_free_slot(self) -> int:
+        return self.layout.slot_index(self.worker, self.split, self.free_sets.popleft())
+
+    def reset(self, slot: int) -> None:
+        """Reset every env and start a trajectory in `slot` at row 0."""
+        self.slot, self.t = slot, 0
         for e, env in enumerate(self.envs):
             obs, _ = self._call(e, env.reset, seed=self.seeds[e])
             self.obs[self.slot, 0, e] = obs
+
+    def recreated(self) -> "VectorEnvRunner":
+        """Fresh envs for this split, keeping its slot bookkeeping (after an env fault)."""
+        fresh = VectorEnvRunner(*self._args)
+        fresh.free_sets = self.free_sets
+        fresh.finished_episodes = self.finished_episodes
+        fresh.seeds = [s + 1_000_003 for s in self.seeds]  # do not replay the episode that failed
+        return fresh
 
     def trajectory_complete(self) -> bool:
         return self.t == self.layout.rollout
@@ -103,7 +116,7 @@ class VectorEnvRunner:
             obs, reward, term, trunc, _ = self._call(e, env.step, self.to_env_action(actions[e]))
             rewards[e] = reward
             if term or trunc:
-                self.finished_episodes.append((self.episode_return[e] + reward, int(self.episode_length[e]) + 1))
+                self.finished_episodes.append((float(self.episode_return[e] + reward), int(self.episode_length[e]) + 1))
                 self.episode_return[e] = 0.0
                 self.episode_length[e] = 0
                 if trunc and not term:  # the value of this final state bootstraps the cut episode

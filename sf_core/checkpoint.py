@@ -1,0 +1,100 @@
+"""Checkpoint files: written atomically, the last few kept, plus the best by mean episode return.
+
+A checkpoint is a dict of tensors and plain Python values, loadable with `torch.load(weights_only=True)`:
+model (state_dict, including normalisation statistics), optimizer, policy version, samples trained,
+learning rate, RNG states, and the runner's counters (env frames, episodes, best return).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import random
+import re
+import shutil
+
+import numpy as np
+import torch
+
+PATTERN = "checkpoint_v{version:09d}_f{frames:012d}.pt"
+BEST = "best.pt"
+
+
+def checkpoint_dir(experiment_path: str) -> str:
+    return os.path.join(experiment_path, "checkpoint")
+
+
+def list_checkpoints(directory: str) -> list[str]:
+    """Periodic checkpoints, oldest first (names sort by version)."""
+    return sorted(glob.glob(os.path.join(directory, "checkpoint_v*_f*.pt")))
+
+
+def latest_checkpoint(directory: str) -> str | None:
+    found = list_checkpoints(directory)
+    return found[-1] if found else None
+
+
+def find_checkpoint(experiment_path: str, which: str = "latest") -> str | None:
+    """`latest`, `best`, or a path."""
+    directory = checkpoint_dir(experiment_path)
+    if which == "latest":
+        return latest_checkpoint(directory)
+    if which == "best":
+        path = os.path.join(directory, BEST)
+        return path if os.path.exists(path) else latest_checkpoint(directory)
+    return which if os.path.exists(which) else None
+
+
+def save(directory: str, state: dict, keep: int, is_best: bool) -> str:
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, PATTERN.format(version=state["version"], frames=state["runner"]["frames"]))
+    _atomic_save(state, path)
+    if is_best:
+        _atomic_copy(path, os.path.join(directory, BEST))
+    for old in list_checkpoints(directory)[:-keep]:
+        os.remove(old)
+    return path
+
+
+def load(path: str, map_location: str = "cpu") -> dict:
+    return torch.load(path, map_location=map_location, weights_only=True)
+
+
+def _atomic_save(state: dict, path: str) -> None:
+    # A crash mid-write leaves a .tmp file, never a half-written checkpoint under the real name.
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _atomic_copy(src: str, dst: str) -> None:
+    tmp = f"{dst}.tmp"
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def frames_of(path: str) -> int:
+    match = re.search(r"_f(\d+)\.pt$", path)
+    return int(match.group(1)) if match else 0
+
+
+def rng_state() -> dict:
+    np_state = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
+                  "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
+        "python": [list(x) if isinstance(x, tuple) else x for x in random.getstate()],
+    }
+
+
+def restore_rng(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))

@@ -1,0 +1,44 @@
+"""Heartbeats in shared memory: each component stamps (time, activity) as it works.
+
+A component stuck inside a slot (an env that never returns, a deadlocked library) cannot send a
+message, but the stamp it wrote before starting the activity stays readable: the runner names the
+component and what it was doing when the stamp grows older than --heartbeat_timeout. No signal is
+involved, so a full queue can never fake a stall or hide one.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+ACTIVITIES = ("starting", "waiting for signals", "stepping envs", "resetting envs", "policy forward pass",
+              "copying trajectories into a dataset", "training on a dataset", "saving a checkpoint", "stopped")
+CODE = {name: i for i, name in enumerate(ACTIVITIES)}
+
+
+class Heartbeats:
+    def __init__(self, names: list[str]):
+        self.names = list(names)
+        self.table = torch.zeros((len(names), 2), dtype=torch.float64).share_memory_()
+        self.table[:, 0] = time.time()
+
+    def index(self, name: str) -> int:
+        return self.names.index(name)
+
+    def beat(self, index: int, activity: str) -> None:
+        # store the activity first: a reader may see a new time with an old activity, never the reverse
+        view = self.table.numpy()
+        view[index, 1] = CODE[activity]
+        view[index, 0] = time.time()
+
+    def stalled(self, timeout: float, now: float | None = None) -> list[tuple[str, float, str]]:
+        """(name, seconds silent, last activity) for every component silent longer than timeout."""
+        now = now or time.time()
+        view = self.table.numpy()
+        found = []
+        for i, name in enumerate(self.names):
+            silent, activity = now - view[i, 0], ACTIVITIES[int(view[i, 1])]
+            if silent > timeout and activity != "stopped":
+                found.append((name, silent, activity))
+        return found

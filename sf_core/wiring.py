@@ -1,0 +1,124 @@
+"""Building the component graph: shared buffers, components, their hosts, and the signal connections.
+
+Serial mode puts every component on the runner's loop. Async mode gives each rollout worker and
+inference worker its own process, and the learner a process whose batcher runs on a second thread.
+Every connection is made here, before any process starts (signal-slot-mp requires it).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import torch
+
+from algo.model import ActorCritic, ModelSpec
+from envs.registry import EnvRegistry
+from sf_core.batcher import Batcher
+from sf_core.buffers import BufferLayout, DatasetBuffers, SharedWeights, TrajectoryBuffers, make_lock
+from sf_core.component import Component, ComponentProcess
+from sf_core.heartbeat import Heartbeats
+from sf_core.inference_worker import InferenceWorker
+from sf_core.learner import Learner
+from sf_core.rollout_worker import RolloutWorker
+from signal_slot.signal_slot import EventLoop
+
+log = logging.getLogger("sf_core")
+
+
+@dataclass
+class Graph:
+    components: list[Component] = field(default_factory=list)
+    processes: list[ComponentProcess] = field(default_factory=list)
+    heartbeats: Heartbeats | None = None
+    learner: Learner | None = None
+
+
+def component_names(cfg) -> list[str]:
+    return ([f"inference_worker_{i}" for i in range(cfg.policy_workers_per_policy)]
+            + [f"rollout_worker_{w}" for w in range(cfg.num_workers)] + ["learner", "batcher"])
+
+
+def build_graph(cfg, runner: Component, registry: EnvRegistry, obs_space: gym.Space, action_space: gym.Space,
+                model: ActorCritic, version: int, device: str, seed: int, checkpoint_dir: str,
+                resume_from: str | None) -> Graph:
+    ctx = multiprocessing.get_context(cfg.mp_start_method)
+    layout = BufferLayout.from_config(cfg)
+    buffers = TrajectoryBuffers(layout, obs_space, action_space)
+    datasets = DatasetBuffers(buffers, cfg.dataset_size() // cfg.rollout)
+    weights = SharedWeights(model, make_lock(cfg.serial_mode, ctx))
+    weights.version[0] = version
+    log.info("model: %s parameters; buffers: %d trajectory slots of %d×%d steps",
+             f"{sum(p.numel() for p in model.parameters()):,}", layout.num_slots, layout.rollout + 1,
+             layout.envs_per_split)
+
+    graph = Graph()
+    graph.heartbeats = None if cfg.serial_mode else Heartbeats(component_names(cfg))
+    hb = graph.heartbeats
+
+    def host(name: str) -> tuple[EventLoop, ComponentProcess | None]:
+        if cfg.serial_mode:
+            return runner.event_loop, None
+        proc = ComponentProcess(f"{name}_proc", ctx, cfg.torch_threads)
+        graph.processes.append(proc)
+        return proc.event_loop, proc
+
+    inference = []
+    for i in range(cfg.policy_workers_per_policy):
+        loop, proc = host(f"inference_worker_{i}")
+        inference.append(InferenceWorker(loop, i, cfg, buffers, weights, layout, obs_space, action_space,
+                                         device, seed, hb))
+        if proc:
+            proc.reporter = inference[-1]
+    workers = []
+    for w in range(cfg.num_workers):
+        loop, proc = host(f"rollout_worker_{w}")
+        workers.append(RolloutWorker(loop, w, cfg, registry, buffers, layout, seed, hb))
+        if proc:
+            proc.reporter = workers[-1]
+    loop, proc = host("learner")
+    learner = Learner(loop, cfg, datasets, weights, obs_space, action_space, device, seed, checkpoint_dir,
+                      resume_from, hb)
+    batcher_loop = runner.event_loop if cfg.serial_mode else EventLoop("batcher_loop")
+    batcher = Batcher(batcher_loop, cfg, buffers, datasets, layout, hb)
+    if proc:
+        proc.reporter = learner
+        proc.threads.append((batcher_loop, batcher))
+
+    graph.components = [*inference, *workers, learner, batcher]
+    graph.learner = learner
+    _connect(runner, graph.components, workers, inference, learner, batcher)
+    return graph
+
+
+def _connect(runner, components, workers, inference, learner, batcher) -> None:
+    for i in inference:
+        i.connect("flush_requests", i.flush_requests)
+    for w, worker in enumerate(workers):
+        server = inference[w % len(inference)]
+        worker.connect("policy_request", server.policy_request)
+        server.connect(f"advance_{w}", worker.advance)
+        worker.connect("new_trajectories", batcher.new_trajectories)
+        batcher.connect(f"slots_freed_{w}", worker.slots_freed)
+    batcher.connect("batch_ready", learner.batch_ready)
+    learner.connect("batch_consumed", batcher.batch_consumed)
+    learner.connect("checkpoint_saved", runner.on_checkpoint_saved)
+    runner.connect("save_checkpoint", learner.save_checkpoint)
+    for component in components:
+        component.connect("report", runner.on_report)
+        component.connect("component_error", runner.on_component_error)
+        runner.connect("stop", component.stop)
+
+
+def initial_model(cfg, obs_space: gym.Space, action_space: gym.Space, seed: int,
+                  state: dict | None) -> ActorCritic:
+    torch.manual_seed(seed)
+    model = ActorCritic(obs_space, action_space, ModelSpec.from_config(cfg))
+    if state is not None:
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as exc:
+            raise ValueError(f"the checkpoint does not fit the model these flags describe: {exc}") from None
+    return model
