@@ -15,6 +15,9 @@ setup(
         "tensorboard>=2.10",
     ],
     extras_require={
-        "dev": ["pytest>=7", "pytest-timeout>=2", "psutil>=5"],
+        "video": ["imageio>=2.30", "imageio-ffmpeg>=0.4.9", "gymnasium[classic-control]>=1.0"],
+        "plot": ["matplotlib>=3.7"],
+        "dev": ["pytest>=7", "pytest-timeout>=2", "psutil>=5", "imageio>=2.30", "imageio-ffmpeg>=0.4.9",
+                "gymnasium[classic-control]>=1.0", "matplotlib>=3.7"],
     },
 )

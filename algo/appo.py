@@ -12,6 +12,7 @@ collected by possibly older policies (their versions are in `policy_version`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -44,8 +45,10 @@ class APPOParams:
 
 
 class APPO:
-    def __init__(self, model: ActorCritic, optimizer: torch.optim.Optimizer, params: APPOParams):
+    def __init__(self, model: ActorCritic, optimizer: torch.optim.Optimizer, params: APPOParams,
+                 on_minibatch: Callable[[], None] = lambda: None):
         self.model, self.optimizer, self.p = model, optimizer, params
+        self.on_minibatch = on_minibatch  # lets the learner keep its heartbeat going through long iterations
 
     def train(self, data: dict[str, torch.Tensor], policy_version: int) -> dict[str, float]:
         p, model = self.p, self.model
@@ -90,6 +93,7 @@ class APPO:
             for start in range(0, T * N, p.batch_size):
                 idx = order[start:start + p.batch_size]
                 stats.add(self._sgd_step({k: v[idx] for k, v in flat.items()}))
+                self.on_minibatch()
 
         result = stats.mean()
         result.update(policy_lag_mean=lag.mean().item(), policy_lag_max=lag.max().item(),

@@ -21,6 +21,7 @@ class EnvContext:
     worker_index: int
     env_index: int  # global index over all workers
     seed: int | None
+    render_mode: str | None = None  # "rgb_array" when evaluation records a video
 
 
 EnvFactory = Callable[[str, Any, EnvContext], gym.Env]
@@ -43,10 +44,10 @@ class EnvRegistry:
         if name in self.factories:
             env = self.factories[name](name, cfg, ctx)
             if not isinstance(env, gym.Env):
-                raise TypeError(f"factory registered for {name!r} returned {type(env).__name__}, not a gymnasium.Env")
+                raise ValueError(f"factory registered for {name!r} returned {type(env).__name__}, not a gymnasium.Env")
             return env
         try:
-            return gym.make(name)
+            return gym.make(name, render_mode=ctx.render_mode) if ctx.render_mode else gym.make(name)
         except gym.error.Error as exc:
             known = ", ".join(sorted(self.factories)) or "none"
             raise EnvNotFoundError(
@@ -74,9 +75,12 @@ def register_env(name: str, factory: EnvFactory) -> None:
     _REGISTRY.register(name, factory)
 
 
-def registry_snapshot() -> EnvRegistry:
-    """An independent copy: later registrations do not change a run already started."""
-    return EnvRegistry(_REGISTRY.factories)
+def registry_snapshot(only: str | None = None) -> EnvRegistry:
+    """An independent copy: later registrations do not change a run already started. With `only`,
+    just that env's factory (what a run ships to its worker processes)."""
+    if only is None:
+        return EnvRegistry(_REGISTRY.factories)
+    return EnvRegistry({only: _REGISTRY.factories[only]} if only in _REGISTRY.factories else {})
 
 
 def make_env(name: str, cfg: Any, ctx: EnvContext, registry: EnvRegistry | None = None) -> gym.Env:

@@ -34,9 +34,10 @@ class BufferLayout:
         splits_total = cfg.num_workers * cfg.worker_num_splits
         trajectories_per_round = splits_total * cfg.envs_per_split()
         dataset_trajectories = cfg.dataset_size() // cfg.rollout
-        # Enough slots to hold one whole dataset plus one more round, so that sampling never
-        # waits for the learner to finish a dataset it could not fill.
-        sets = math.ceil(dataset_trajectories / trajectories_per_round) + 1
+        # Async: room for one whole dataset plus one more round, so sampling goes on while the learner
+        # trains. Sync: just enough for one dataset, so workers wait for the new weights (policy lag 0
+        # when the dataset is a whole number of rounds, at most 1 otherwise).
+        sets = math.ceil(dataset_trajectories / trajectories_per_round) + (1 if cfg.async_rl else 0)
         return cls(cfg.num_workers, cfg.worker_num_splits, cfg.envs_per_split(), cfg.rollout, sets)
 
     @property

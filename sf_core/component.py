@@ -86,8 +86,15 @@ class Component(EventLoopObject):
 
 
 def configure_process(torch_threads: int) -> None:
-    """In a component process: leave Ctrl-C to the runner, and keep torch to its thread budget."""
+    """In a component process: leave Ctrl-C and SIGTERM to the runner, keep torch to its thread budget.
+
+    A terminal's Ctrl-C, `kill` of a process group, or a service manager signals every process at
+    once; a component killed mid-operation can die holding a faster-fifo queue lock (those mutexes
+    are not robust) and hang whoever touches that queue next. So components ignore both signals: the
+    runner stops them in order, and their parent watchdog ends them if the runner is gone.
+    """
     os_signal.signal(os_signal.SIGINT, os_signal.SIG_IGN)
+    os_signal.signal(os_signal.SIGTERM, os_signal.SIG_IGN)
     torch.set_num_threads(torch_threads)
     quiet_signal_slot_logs()
 

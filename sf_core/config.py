@@ -71,7 +71,9 @@ class Config:
     rollout: int = flag(32, "rollout", "Trajectory length in env steps, the unit the learner trains on.")
     batched_sampling: bool = flag(True, "rollout", "Step each split's envs as one batch (the only mode so far).")
     serial_mode: bool = flag(False, "rollout", "Run every component on one event loop in this process.")
-    async_rl: bool = flag(True, "rollout", "Keep sampling while the learner trains (policy lag is measured).")
+    async_rl: bool = flag(
+        True, "rollout", "Keep sampling while the learner trains (policy lag is measured). False: workers wait "
+        "for new weights after each dataset (lag 0 when the dataset is a multiple of workers×envs×rollout).")
 
     # --- learning
     batch_size: int = flag(1024, "learning", "Minibatch size for SGD, in samples.")
@@ -113,13 +115,13 @@ class Config:
     stats_window: int = flag(100, "logging", "Episodes averaged for the reported mean return.")
 
     # --- system
-    device: str = flag("cpu", "system", "Learner device: cpu, cuda, cuda:N or gpu (falls back to cpu if absent).")
-    torch_threads: int = flag(1, "system", "torch threads per process (1 is best when processes ≥ cores).")
+    device: str = flag("cpu", "system", "Device of the learner and inference workers: cpu, cuda, cuda:N or gpu (falls back to cpu, with a warning, if there is no GPU).")
+    torch_threads: int = flag(1, "system", "torch threads per component process in async mode (1 is best when processes ≥ cores).")
     mp_start_method: str = flag(
         "spawn", "system", "multiprocessing start method for component processes.",
         choices=("spawn", "forkserver", "fork"),
     )
-    heartbeat_timeout: float = flag(30.0, "system", "Seconds a component process may stay unresponsive.")
+    heartbeat_timeout: float = flag(60.0, "system", "Seconds a component may go without a heartbeat before the run stops, naming it.")
     sampling_only: bool = flag(False, "system", "Benchmarking: sample with inference but skip SGD (no learning).")
 
     # ----------------------------------------------------------------------------------------------

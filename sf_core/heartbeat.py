@@ -15,6 +15,7 @@ import torch
 ACTIVITIES = ("starting", "waiting for signals", "stepping envs", "resetting envs", "policy forward pass",
               "copying trajectories into a dataset", "training on a dataset", "saving a checkpoint", "stopped")
 CODE = {name: i for i, name in enumerate(ACTIVITIES)}
+STARTUP_TIMEOUT_SEC = 120.0
 
 
 class Heartbeats:
@@ -33,12 +34,16 @@ class Heartbeats:
         view[index, 0] = time.time()
 
     def stalled(self, timeout: float, now: float | None = None) -> list[tuple[str, float, str]]:
-        """(name, seconds silent, last activity) for every component silent longer than timeout."""
+        """(name, seconds silent, last activity) for every component silent longer than timeout.
+
+        A process that has not started yet (importing torch, building envs) gets STARTUP_TIMEOUT_SEC.
+        """
         now = now or time.time()
         view = self.table.numpy()
         found = []
         for i, name in enumerate(self.names):
             silent, activity = now - view[i, 0], ACTIVITIES[int(view[i, 1])]
-            if silent > timeout and activity != "stopped":
+            limit = max(timeout, STARTUP_TIMEOUT_SEC) if activity == "starting" else timeout
+            if silent > limit and activity != "stopped":
                 found.append((name, silent, activity))
         return found

@@ -48,7 +48,8 @@ class Learner(Component):
         cfg = self.cfg
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
                                      betas=(cfg.adam_beta1, cfg.adam_beta2))
-        self.algo = APPO(model, optimizer, APPOParams.from_config(cfg))
+        self.algo = APPO(model, optimizer, APPOParams.from_config(cfg),
+                         on_minibatch=lambda: self.beat("training on a dataset"))
         if self.resume_from:
             state = checkpoint.load(self.resume_from, map_location=self.device)
             optimizer.load_state_dict(state["optimizer"])

@@ -1,7 +1,7 @@
 """Per-env defaults (RL-Zoo style): applied under the user's flags, never over them.
 
 A preset is keyed by env id; the console says which preset was applied. Values here come from
-tuning runs documented in docs/presets.md.
+tuning runs listed in docs/flags.md (results in docs/results.md).
 """
 
 from __future__ import annotations

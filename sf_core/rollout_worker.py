@@ -24,6 +24,7 @@ from signal_slot.signal_slot import EventLoop, Timer
 
 log = logging.getLogger("sf_core")
 
+MAX_FAULTS_IN_A_ROW = 10  # restarts of one split without a finished trajectory before giving up
 REPORT_INTERVAL_SEC = 0.25  # frames counted this often: bounds overshoot of --train_for_env_steps
 
 
@@ -60,6 +61,7 @@ class RolloutWorker(Component):
     def advance(self, split: int) -> None:
         runner = self.runners[split]
         if runner.trajectory_complete():
+            runner.faults_in_a_row = 0
             self.emit("new_trajectories", runner.slot)
             if not runner.next_slot():
                 self.waiting_for_slot.add(split)
@@ -83,10 +85,13 @@ class RolloutWorker(Component):
     def _restart_split(self, split: int, error: EnvStepError) -> None:
         """--env_fault_policy=restart: new envs, and the half-finished trajectory is written over."""
         self.env_faults += 1
+        runner = self.runners[split]
+        runner.faults_in_a_row += 1
+        if runner.faults_in_a_row > MAX_FAULTS_IN_A_ROW:
+            raise EnvStepError(f"{error} — and {MAX_FAULTS_IN_A_ROW} restarts in a row did not help") from error
         log.warning("%s: %s; restarting split %d's envs (fault %d on this worker)", self.name, error, split,
                     self.env_faults)
         self.beat("resetting envs")
-        runner = self.runners[split]
         runner.close()
         self.runners[split] = runner.recreated()
         self.runners[split].reset(runner.slot)

@@ -17,12 +17,13 @@ import signal as os_signal
 import time
 from dataclasses import replace
 
+import gymnasium as gym
 import torch
 
 from envs.registry import EnvContext, EnvRegistry, registry_snapshot
 from sf_core import checkpoint
 from sf_core.component import Component, ComponentError, guarded
-from sf_core.config import Config
+from sf_core.config import Config, ConfigError
 from sf_core.experiment import Experiment
 from sf_core.stats import TrainingStats
 from sf_core.wiring import Graph, build_graph, initial_model
@@ -49,7 +50,7 @@ class Runner(Component):
         self.launched = time.time()
         self.seed = cfg.seed if cfg.seed >= 0 else random.randrange(2**31)
         self.cfg = replace(cfg, seed=self.seed)
-        self.registry = registry or registry_snapshot()
+        self.registry = registry or registry_snapshot(only=cfg.env)
         self.loop = EventLoop("runner_loop", serial_mode=cfg.serial_mode)
         super().__init__(self.loop, "runner")
         self.experiment = Experiment(self.cfg)
@@ -95,7 +96,10 @@ class Runner(Component):
     # ---------------------------------------------------------------- run
     def run(self) -> int:
         """Train until a stop condition; returns the process exit code."""
-        self._build()  # first: a bad env, model or checkpoint fails before any file is written
+        try:  # first: a bad env, model or checkpoint fails before any file is written
+            self._build()
+        except (ValueError, gym.error.Error) as exc:
+            raise ConfigError(str(exc)) from exc
         self.experiment.prepare(resuming=self.resumed is not None)
         start_frames = self.resumed["frames"] if self.resumed else 0
         self.stats = TrainingStats(self.cfg.stats_window, self.experiment.summary_writer(start_frames),
@@ -194,8 +198,10 @@ class Runner(Component):
 
     def _fail(self, component: str, details: str) -> None:
         if self.error is None:
-            headline = details.strip().splitlines()[-1] if details.strip() else "unknown error"
-            self.error = f"training stopped: {component} failed: {headline}\n{details}"
+            lines = details.strip().splitlines() or ["unknown error"]
+            self.error = f"training stopped: {component} failed: {lines[-1]}"
+            if len(lines) > 1:
+                self.error += "\n" + details
             self.exit_code = EXIT_ERROR
 
     # ---------------------------------------------------------------- checkpoints and shutdown
@@ -214,10 +220,18 @@ class Runner(Component):
             return
         self.stopping = True
         log.info(self.stats.console_line())
+        self._forget_dead_components()
         self._request_checkpoint()  # queued before stop: the learner saves, then stops
         self.emit("stop")
         self._stop_processes()
         self.loop.stop()
+
+    def _forget_dead_components(self) -> None:
+        """Never emit into the queue of a dead process: it may have died holding the queue's lock."""
+        for component in self.graph.dead_components():
+            for signal_name, slot in (("stop", component.stop), ("save_checkpoint", getattr(component, "save_checkpoint", None))):
+                if slot is not None and component.object_id in self.send_signals_to.get(signal_name, ()):
+                    self.disconnect(signal_name, slot)
 
     def _save_after_serial_failure(self) -> None:
         """Serial mode: the loop died with the failing slot; run it once more to save and stop."""
@@ -235,11 +249,8 @@ class Runner(Component):
             if proc.is_alive():
                 proc.join(timeout=max(0.0, deadline - time.time()))
         for proc in self.graph.processes:
-            if proc.is_alive():
-                log.warning("%s did not stop in %.0fs: terminating it", proc.name, SHUTDOWN_GRACE_SEC)
-                proc.terminate()
-                proc.join(timeout=2.0)
-            if proc.is_alive():
+            if proc.is_alive():  # components ignore SIGTERM (see component.configure_process): kill
+                log.warning("%s did not stop in %.0fs: killing it", proc.name, SHUTDOWN_GRACE_SEC)
                 proc.kill()
                 proc.join(timeout=2.0)
 
@@ -249,6 +260,8 @@ class Runner(Component):
         self.stats.write_summaries()
         if self.stats.writer is not None:
             self.stats.writer.close()
+        # from disk: in serial mode the learner's checkpoint_saved may still sit behind the loop's end
+        self.last_checkpoint = checkpoint.latest_checkpoint(checkpoint.checkpoint_dir(self.experiment.path))
         summary = self.stats.summary(self.exit_code, self.error)
         summary["last_checkpoint"] = self.last_checkpoint
         self.experiment.write_summary(summary)

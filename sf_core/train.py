@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import sys
 from typing import Sequence
 
@@ -26,6 +27,11 @@ def setup_logging() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Train; returns the exit code (0 done, 1 error, 2 bad flags, 130/143 interrupted)."""
     setup_logging()
+    if getattr(multiprocessing.current_process(), "_inheriting", False):  # how multiprocessing itself tells
+        print("sf_core.train: error: main() was called inside a worker process that is starting up; put the "
+              "training call of your script under `if __name__ == \"__main__\":` (worker processes import "
+              "your script)", file=sys.stderr)
+        return 2
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(description="Train an agent with asynchronous PPO (APPO).")
     try:
@@ -42,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return Runner(cfg).run()
-    except (EnvNotFoundError, ValueError, TypeError) as exc:
+    except (EnvNotFoundError, ConfigError) as exc:
         print(f"sf_core.train: error: {exc}", file=sys.stderr)
         return 1
 

@@ -60,6 +60,7 @@ class VectorEnvRunner:
         self.check_finite = buffers.obs.dtype.is_floating_point
 
         self.free_sets = deque(range(layout.sets_per_split))
+        self.faults_in_a_row = 0
         self.slot = -1
         self.t = 0
         self.episode_return = np.zeros(E)
@@ -84,6 +85,7 @@ class VectorEnvRunner:
         fresh = VectorEnvRunner(*self._args)
         fresh.free_sets = self.free_sets
         fresh.finished_episodes = self.finished_episodes
+        fresh.faults_in_a_row = self.faults_in_a_row
         fresh.seeds = [s + 1_000_003 for s in self.seeds]  # do not replay the episode that failed
         return fresh
 
@@ -129,8 +131,9 @@ class VectorEnvRunner:
                 self.episode_length[e] += 1
             next_obs[e] = obs
 
-        if self.check_finite and not (np.isfinite(rewards).all() and np.isfinite(next_obs).all()):
-            bad = [e for e in range(len(self.envs)) if not (np.isfinite(rewards[e]) and np.isfinite(next_obs[e]).all())]
+        if not np.isfinite(rewards).all() or (self.check_finite and not np.isfinite(next_obs).all()):
+            bad = [e for e in range(len(self.envs))
+                   if not np.isfinite(rewards[e]) or (self.check_finite and not np.isfinite(next_obs[e]).all())]
             raise EnvStepError(f"{self.env_name(bad[0])} returned a non-finite observation or reward "
                                f"(reward {rewards[bad[0]]}); refusing to train on it")
         scaled = np.clip(rewards * self.cfg.reward_scale, -self.cfg.reward_clip, self.cfg.reward_clip)

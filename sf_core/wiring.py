@@ -34,6 +34,10 @@ class Graph:
     processes: list[ComponentProcess] = field(default_factory=list)
     heartbeats: Heartbeats | None = None
     learner: Learner | None = None
+    host: dict[str, ComponentProcess] = field(default_factory=dict)  # component name -> its process (async)
+
+    def dead_components(self) -> list[Component]:
+        return [c for c in self.components if c.name in self.host and not self.host[c.name].is_alive()]
 
 
 def component_names(cfg) -> list[str]:
@@ -63,6 +67,7 @@ def build_graph(cfg, runner: Component, registry: EnvRegistry, obs_space: gym.Sp
             return runner.event_loop, None
         proc = ComponentProcess(f"{name}_proc", ctx, cfg.torch_threads)
         graph.processes.append(proc)
+        graph.host[name] = proc
         return proc.event_loop, proc
 
     inference = []
@@ -86,6 +91,7 @@ def build_graph(cfg, runner: Component, registry: EnvRegistry, obs_space: gym.Sp
     if proc:
         proc.reporter = learner
         proc.threads.append((batcher_loop, batcher))
+        graph.host["batcher"] = proc
 
     graph.components = [*inference, *workers, learner, batcher]
     graph.learner = learner

@@ -17,6 +17,18 @@ def _shm_files() -> set[str]:
         return set()
 
 
+def _ours_or_orphaned(name: str) -> bool:
+    """torch names segments torch_<pid>_...: ours if <pid> is this process or a descendant, orphaned if
+    that process is gone. A live unrelated process's segment (another program) is not our leak."""
+    parts = name.split("_")
+    if len(parts) < 2 or parts[0] != "torch" or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid() or not psutil.pid_exists(pid):
+        return True
+    return pid in {p.pid for p in psutil.Process().children(recursive=True)}
+
+
 def _live_children(exclude: set[int]) -> list[psutil.Process]:
     """Our live descendants, except multiprocessing's own per-interpreter helper (resource tracker)."""
     found = []
@@ -46,7 +58,7 @@ def no_leftovers():
     for p in leftover:
         p.kill()
     assert not leftover, f"child processes left behind: {described}"
-    new_shm = {f for f in _shm_files() - before_shm if "torch" in f or "sf_core" in f}
+    new_shm = {f for f in _shm_files() - before_shm if _ours_or_orphaned(f)}
     assert not new_shm, f"shared-memory files left behind: {sorted(new_shm)}"
 
 

@@ -1,5 +1,6 @@
 """Real learning runs: CartPole solved serially and asynchronously, a user's env, Pendulum-style Box."""
 
+import json
 import os
 import textwrap
 
@@ -11,13 +12,33 @@ from tests.helpers import read_summary, train
 SOLVED = 475.0
 
 
-@pytest.mark.timeout(180)
-def test_cartpole_solved_serial(tmp_path):
+@pytest.mark.timeout(240)
+def test_cartpole_solved_serial_then_enjoy_with_video(tmp_path):
     code, summary = train(tmp_path, "--env=CartPole-v1", "--serial_mode=True", "--seed=1",
                           f"--target_mean_return={SOLVED}", "--train_for_seconds=150")
     assert code == 0
     assert summary["time_to_target"] is not None, f"not solved: {summary}"
     assert summary["mean_return"] >= SOLVED
+    assert summary["last_checkpoint"] and os.path.exists(summary["last_checkpoint"])
+
+    # the saved policy, evaluated on its own, is as good as training said
+    import imageio.v2 as imageio
+
+    import sf_core.enjoy
+
+    code = sf_core.enjoy.main([f"--train_dir={tmp_path}", "--experiment=exp", "--max_num_episodes=5",
+                               "--eval_deterministic=True", "--save_video=True", "--video_frames=120"])
+    assert code == 0
+    with open(tmp_path / "exp" / "eval_results.json") as f:
+        results = json.load(f)
+    assert results["episodes"] == 5 and len(results["returns"]) == 5
+    assert results["mean_return"] >= SOLVED, results
+    reader = imageio.get_reader(str(tmp_path / "exp" / "replay.mp4"))
+    try:
+        assert reader.count_frames() == 120
+        assert reader.get_data(0).shape == (400, 600, 3)  # CartPole's rgb_array frames
+    finally:
+        reader.close()
 
 
 @pytest.mark.timeout(180)

@@ -1,0 +1,139 @@
+"""`python -m sf_core.enjoy --env=... --experiment=... --train_dir=...`: evaluate a trained policy.
+
+Loads the experiment's config.json (so the model is rebuilt exactly as trained) and a checkpoint
+(`--checkpoint=latest|best|PATH`), runs `--max_num_episodes` episodes, prints a summary, writes
+`eval_results.json` into the experiment folder, and with `--save_video` an MP4 of rendered frames.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from algo.model import ActorCritic, ModelSpec
+from envs.registry import EnvContext, EnvNotFoundError, registry_snapshot
+from sf_core import checkpoint
+from sf_core.config import Config, ConfigError, _Parser, str2bool
+from sf_core.train import setup_logging
+from sf_core.vector_env_runner import env_action_converter
+
+log = logging.getLogger("sf_core")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m sf_core.enjoy", description="Evaluate a trained policy.",
+                formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
+    p.add_argument("--env", default=None, help="Env to evaluate on (default: the one the experiment trained on).")
+    p.add_argument("--experiment", required=True, help="Experiment name.")
+    p.add_argument("--train_dir", default="train_dir", help="Root folder of experiments.")
+    p.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint path.")
+    p.add_argument("--max_num_episodes", type=int, default=10, help="Episodes to run.")
+    p.add_argument("--eval_deterministic", type=str2bool, default=False, help="Take the most likely action.")
+    p.add_argument("--seed", type=int, default=0, help="Seed of the first evaluation episode.")
+    p.add_argument("--save_video", type=str2bool, default=False, help="Write an MP4 of rendered episodes.")
+    p.add_argument("--video_frames", type=int, default=1000, help="At most this many frames in the video.")
+    p.add_argument("--video_name", default="replay.mp4", help="Video file name inside the experiment folder.")
+    p.add_argument("--fps", type=int, default=30, help="Frames per second of the video.")
+    p.add_argument("--device", default="cpu", help="Device for the policy.")
+    return p
+
+
+def load_config(path: str) -> Config:
+    config_file = os.path.join(path, "config.json")
+    if not os.path.exists(config_file):
+        raise ConfigError(f"no experiment at {path} (config.json not found)")
+    with open(config_file) as f:
+        saved = json.load(f)
+    known = {f.name for f in dataclasses.fields(Config)}
+    return Config(**{k: v for k, v in saved.items() if k in known})
+
+
+def evaluate(args: argparse.Namespace) -> dict:
+    path = os.path.join(args.train_dir, args.experiment)
+    cfg = load_config(path)
+    env_name = args.env or cfg.env
+    ckpt_path = checkpoint.find_checkpoint(path, args.checkpoint)
+    if ckpt_path is None:
+        raise ConfigError(f"no checkpoint {args.checkpoint!r} in {checkpoint.checkpoint_dir(path)}")
+    state = checkpoint.load(ckpt_path, map_location=args.device)
+
+    registry = registry_snapshot()
+    render_mode = "rgb_array" if args.save_video else None
+    env = registry.make(env_name, cfg, EnvContext(worker_index=-1, env_index=0, seed=args.seed, render_mode=render_mode))
+    model = ActorCritic(env.observation_space, env.action_space, ModelSpec.from_config(cfg)).to(args.device)
+    model.load_state_dict(state["model"])
+    model.eval()
+    to_env_action = env_action_converter(env.action_space)
+    log.info("evaluating %s (policy v%d) on %s for %d episodes", ckpt_path, state["version"], env_name,
+             args.max_num_episodes)
+
+    returns, lengths, frames = [], [], []
+    for episode in range(args.max_num_episodes):
+        obs, _ = env.reset(seed=args.seed + episode)
+        total, length, done = 0.0, 0, False
+        while not done:
+            if args.save_video and len(frames) < args.video_frames:
+                frames.append(env.render())
+            with torch.no_grad():
+                params, _ = model(torch.as_tensor(np.asarray(obs)[None]).to(args.device))
+                dist = model.distribution(params)
+                action = (dist.mode() if args.eval_deterministic else dist.sample())[0].cpu().numpy()
+            obs, reward, terminated, truncated, _ = env.step(to_env_action(action))
+            total, length, done = total + float(reward), length + 1, terminated or truncated
+        returns.append(total)
+        lengths.append(length)
+        log.info("episode %d: return %.2f, length %d", episode, total, length)
+    env.close()
+
+    results = {"episodes": len(returns), "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
+               "mean_length": float(np.mean(lengths)), "returns": returns, "lengths": lengths,
+               "checkpoint": ckpt_path, "policy_version": int(state["version"]), "env": env_name,
+               "deterministic": bool(args.eval_deterministic)}
+    if args.save_video:
+        results["video"] = write_video(os.path.join(path, args.video_name), frames, args.fps)
+    tmp = os.path.join(path, "eval_results.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(results, f, indent=2)
+    os.replace(tmp, os.path.join(path, "eval_results.json"))
+    return results
+
+
+def write_video(path: str, frames: list, fps: int) -> str:
+    if not frames or frames[0] is None:
+        raise ConfigError("the env rendered no frames: it must support render_mode='rgb_array' for --save_video")
+    try:
+        import imageio.v2 as imageio
+    except ImportError:
+        raise ConfigError("--save_video needs imageio and imageio-ffmpeg: pip install -e '.[video]'") from None
+    with imageio.get_writer(path, fps=fps, codec="libx264", macro_block_size=2, quality=7) as writer:
+        for frame in frames:
+            writer.append_data(np.asarray(frame, dtype=np.uint8))
+    log.info("video: %s (%d frames)", path, len(frames))
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    setup_logging()
+    try:
+        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        results = evaluate(args)
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    except (ConfigError, EnvNotFoundError, ValueError) as exc:
+        print(f"sf_core.enjoy: error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1
+    log.info("%d episodes: mean return %.2f ± %.2f, mean length %.1f", results["episodes"], results["mean_return"],
+             results["std_return"], results["mean_length"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

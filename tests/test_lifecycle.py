@@ -1,0 +1,220 @@
+"""Checkpoints, resume after kill -9, interrupt saves, env-fault policies, stalls, plots."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from sf_core import checkpoint
+from tests.conftest import REPO, run_cli
+from tests.helpers import read_summary, train
+
+
+def start_trainer(args, cwd=REPO, script=None):
+    env = dict(os.environ, PYTHONPATH=REPO)
+    cmd = [sys.executable, script] if script else [sys.executable, "-m", "sf_core.train"]
+    return subprocess.Popen(cmd + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            cwd=cwd)
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_for_training(proc, timeout=45):
+    """Read the trainer's console until the learner has published at least one new policy."""
+    import re
+    import threading
+
+    seen = []
+    progressed = threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            seen.append(line)
+            match = re.search(r"policy v(\d+)", line)
+            if match and int(match.group(1)) > 0:
+                progressed.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    assert progressed.wait(timeout), "training made no progress:\n" + "".join(seen[-20:])
+    return seen
+
+
+def tb_steps(experiment_path, tag="episode/return"):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(os.path.join(experiment_path, "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [e.step for e in acc.Scalars(tag)]
+
+
+@pytest.mark.timeout(150)
+def test_kill_9_then_rerun_resumes_from_last_checkpoint(tmp_path):
+    args = ["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--experiment=run",
+            "--save_every_sec=1", "--experiment_summaries_interval=0.5", "--seed=7"]
+    ckpt_dir = tmp_path / "run" / "checkpoint"
+    proc = start_trainer(args + ["--train_for_env_steps=10000000"])
+    try:
+        wait_for(lambda: len(checkpoint.list_checkpoints(str(ckpt_dir))) >= 2, 60, "two checkpoints")
+        children = psutil.Process(proc.pid).children(recursive=True)
+        proc.kill()  # kill -9: no chance to save anything
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _, alive = psutil.wait_procs(children, timeout=8)
+    assert not alive, "component processes outlived a killed trainer"
+
+    last = checkpoint.latest_checkpoint(str(ckpt_dir))
+    saved = checkpoint.load(last)
+    frames_at_kill = saved["runner"]["frames"]
+    assert frames_at_kill > 0 and saved["version"] > 0
+
+    target = frames_at_kill + 30000
+    result = run_cli(args + [f"--train_for_env_steps={target}"], timeout=90)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert f"resuming from {last}" in result.stdout
+    summary = read_summary(tmp_path, "run")
+    assert target <= summary["frames"] < target + 60000  # counters continued, not restarted
+    assert summary["policy_version"] > saved["version"]
+    assert summary["episodes"] > saved["runner"]["episodes"]
+    # TensorBoard curve: continuous in env frames, nothing from the lost stretch after the checkpoint
+    steps = tb_steps(str(tmp_path / "run"))
+    assert steps == sorted(steps), "curve goes backwards in env frames"
+    assert steps[-1] >= target
+
+
+@pytest.mark.timeout(90)
+def test_sigterm_leaves_a_final_checkpoint(tmp_path):
+    proc = start_trainer(["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--experiment=t",
+                          "--save_every_sec=1000", "--train_for_seconds=120", "--report_interval=0.3"])
+    try:
+        seen = wait_for_training(proc)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, "".join(seen[-30:])
+    found = checkpoint.list_checkpoints(str(tmp_path / "t" / "checkpoint"))
+    assert len(found) == 1, "the stop must save exactly one final checkpoint (periodic saves are off)"
+    assert checkpoint.load(found[0])["version"] > 0
+    assert not any(name.endswith(".tmp") for name in os.listdir(tmp_path / "t" / "checkpoint"))
+
+
+FAULTY = textwrap.dedent('''
+    import sys
+    import time
+
+    import gymnasium as gym
+
+    import sf_core.train
+    from sf_core import register_env
+
+
+    class Faulty(gym.Wrapper):
+        """Raises (or hangs) on the 150th step of every instance."""
+
+        mode = "raise"
+
+        def __init__(self, env):
+            super().__init__(env)
+            self.steps = 0
+
+        def step(self, action):
+            self.steps += 1
+            if self.steps == 150:
+                if self.mode == "hang":
+                    time.sleep(3600)
+                raise ValueError("simulator lost its licence server")
+            return self.env.step(action)
+
+
+    def make(name, cfg, ctx):
+        env = Faulty(gym.make("CartPole-v1"))
+        env.mode = name.split("-")[0].lower()
+        return env
+
+
+    if __name__ == "__main__":
+        register_env("Raise-v0", make)
+        register_env("Hang-v0", make)
+        sys.exit(sf_core.train.main(sys.argv[1:]))
+''')
+
+
+@pytest.mark.timeout(90)
+def test_restart_policy_keeps_training_and_counts_faults(tmp_path):
+    script = tmp_path / "faulty.py"
+    script.write_text(FAULTY)
+    result = run_cli(["--env=Raise-v0", "--num_workers=2", "--env_fault_policy=restart", f"--train_dir={tmp_path}",
+                      "--experiment=f", "--train_for_env_steps=40000", "--experiment_summaries_interval=0.5"],
+                     timeout=80, script=str(script), cwd=str(tmp_path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "simulator lost its licence server" in result.stdout + result.stderr
+    summary = read_summary(tmp_path, "f")
+    # every env instance faults at its 150th step; 2 workers × 2 splits all restart at least once
+    assert summary["env_faults"] >= 4
+    assert summary["frames"] >= 40000
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "f" / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert acc.Scalars("faults/env_restarts")[-1].value >= 4
+
+
+@pytest.mark.timeout(90)
+def test_stop_policy_exits_with_env_traceback_and_checkpoint(tmp_path):
+    script = tmp_path / "faulty.py"
+    script.write_text(FAULTY)
+    started = time.time()
+    result = run_cli(["--env=Raise-v0", "--num_workers=2", f"--train_dir={tmp_path}", "--experiment=s",
+                      "--train_for_seconds=60"], timeout=80, script=str(script), cwd=str(tmp_path))
+    assert result.returncode == 1
+    assert "simulator lost its licence server" in result.stdout + result.stderr
+    assert time.time() - started < 40
+    assert checkpoint.list_checkpoints(str(tmp_path / "s" / "checkpoint")), "no checkpoint saved on the way out"
+
+
+@pytest.mark.timeout(90)
+def test_hung_env_is_named_by_heartbeat(tmp_path):
+    script = tmp_path / "faulty.py"
+    script.write_text(FAULTY)
+    started = time.time()
+    result = run_cli(["--env=Hang-v0", "--num_workers=2", f"--train_dir={tmp_path}", "--experiment=h",
+                      "--heartbeat_timeout=3", "--train_for_seconds=60"], timeout=80, script=str(script),
+                     cwd=str(tmp_path))
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-3000:]
+    assert "no heartbeat for" in output and "its last activity: stepping envs" in output
+    assert "rollout_worker_" in output
+    assert time.time() - started < 45
+
+
+@pytest.mark.timeout(120)
+def test_plot_compares_two_experiments(tmp_path):
+    for name, seed in (("a", 1), ("b", 2)):
+        code, _ = train(tmp_path, "--env=CartPole-v1", "--serial_mode=True", f"--seed={seed}",
+                        "--train_for_env_steps=40000", "--experiment_summaries_interval=0.2", experiment=name)
+        assert code == 0
+    import sf_core.plot
+
+    out = tmp_path / "curves.png"
+    assert sf_core.plot.main([f"--train_dir={tmp_path}", "--experiments", "a", "b", f"--output={out}"]) == 0
+    from PIL import Image
+
+    with Image.open(out) as image:
+        assert image.format == "PNG" and image.size[0] >= 800 and image.size[1] >= 300
+    # both curves are there: the legend texts are drawn, so the file is far from a blank canvas
+    assert out.stat().st_size > 20_000
