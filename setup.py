@@ -8,6 +8,7 @@ setup(
     packages=find_packages(include=["sf_core", "sf_core.*", "algo", "algo.*", "envs", "envs.*"]),
     install_requires=[
         "torch>=2.1",
+        "networkx>=3.0",
         "numpy>=1.24",
         "gymnasium>=1.0",
         "signal-slot-mp>=1.0.5",

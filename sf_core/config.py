@@ -76,6 +76,8 @@ class Config:
         "for new weights after each dataset (lag 0 when the dataset is a multiple of workers×envs×rollout).")
 
     # --- learning
+    algo: str = flag("APPO", "learning", "Algorithm graph: APPO, PPO, REINFORCE, or one registered with "
+                     "algo.algorithms.register_algorithm.")
     batch_size: int = flag(1024, "learning", "Minibatch size for SGD, in samples.")
     num_batches_per_epoch: int = flag(1, "learning", "Minibatches in one training iteration's dataset.")
     num_epochs: int = flag(1, "learning", "Passes over each dataset.")
@@ -164,6 +166,11 @@ class Config:
             )
         if any(size < 1 for size in self.encoder_mlp_layers):
             raise ConfigError(f"--encoder_mlp_layers must be positive sizes, got {self.encoder_mlp_layers}")
+        from algo.algorithms import known_algorithms
+
+        if self.algo not in known_algorithms():
+            raise ConfigError(f"unknown --algo={self.algo!r}; known: {', '.join(known_algorithms())} "
+                              f"(register others with algo.algorithms.register_algorithm)")
         if not self.batched_sampling:
             raise ConfigError("--batched_sampling=False (per-env sampling) is not implemented yet")
 

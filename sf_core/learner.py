@@ -6,18 +6,22 @@ Signals in:  batch_ready(index)   from the batcher
 Signals out: batch_consumed(index)   to the batcher (after the new weights are published)
              checkpoint_saved(path), report(stats), component_error(...)   to the runner
 
-The algorithm itself (targets, losses, SGD) is `algo.appo.APPO`; this module only moves data.
+The algorithm is a dataflow graph (`algo.algorithms`, run by `algo.graph.GraphExecutor`): this module
+only moves data, keeps the policy version, and saves checkpoints.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Any, Callable
 
 import gymnasium as gym
 import torch
 
-from algo.appo import APPO, APPOParams
+from algo.algorithms import BATCH_KEYS, Algorithm
+from algo.graph import Context, GraphExecutor, ModelSlot, build_graph
 from algo.model import ActorCritic, ModelSpec
+from algo.params import LearningParams
 from sf_core import checkpoint
 from sf_core.buffers import DatasetBuffers, SharedWeights
 from sf_core.component import Component, guarded
@@ -28,14 +32,17 @@ from signal_slot.signal_slot import EventLoop
 class Learner(Component):
     def __init__(self, loop: EventLoop, cfg, datasets: DatasetBuffers, weights: SharedWeights,
                  obs_space: gym.Space, action_space: gym.Space, device: str, seed: int,
-                 checkpoint_dir: str, resume_from: str | None, heartbeats: Heartbeats | None = None):
+                 checkpoint_dir: str, resume_from: str | None, algorithm_builder: Callable[[Any], Algorithm],
+                 heartbeats: Heartbeats | None = None):
         super().__init__(loop, "learner", heartbeats)
+        self.algorithm_builder = algorithm_builder
         self.checkpoint_dir, self.resume_from = checkpoint_dir, resume_from
         self.cfg, self.datasets, self.weights = cfg, datasets, weights
         self.obs_space, self.action_space, self.device, self.seed = obs_space, action_space, device, seed
         self.version = 0
         self.samples_trained = 0
-        self.algo: APPO | None = None
+        self.executor: GraphExecutor | None = None
+        self.models: dict[str, ModelSlot] = {}
         self.batcher_loop: EventLoop | None = None  # runs on a thread of this process (async mode)
         loop.start.connect(self.on_start)
 
@@ -48,8 +55,12 @@ class Learner(Component):
         cfg = self.cfg
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
                                      betas=(cfg.adam_beta1, cfg.adam_beta2))
-        self.algo = APPO(model, optimizer, APPOParams.from_config(cfg),
-                         on_minibatch=lambda: self.beat("training on a dataset"))
+        self.models = {"actor_critic": ModelSlot(model, optimizer, self.device)}
+        algorithm = self.algorithm_builder(cfg)
+        self.models.update(algorithm.extra_models(self.models))
+        context = Context(self.models, LearningParams.from_config(cfg),
+                          on_minibatch=lambda: self.beat("training on a dataset"))
+        self.executor = GraphExecutor(build_graph(algorithm.nodes, BATCH_KEYS), context)
         if self.resume_from:
             state = checkpoint.load(self.resume_from, map_location=self.device)
             optimizer.load_state_dict(state["optimizer"])
@@ -58,13 +69,13 @@ class Learner(Component):
 
     @guarded
     def save_checkpoint(self, runner_state: dict, is_best: bool) -> None:
-        if self.algo is None:
+        if self.executor is None:
             return
         self.beat("saving a checkpoint")
         state = {
             "version": self.version,
-            "model": self.algo.model.state_dict(),
-            "optimizer": self.algo.optimizer.state_dict(),
+            "model": self.models["actor_critic"].module.state_dict(),
+            "optimizer": self.models["actor_critic"].optimizer.state_dict(),
             "samples_trained": self.samples_trained,
             "learning_rate": self._learning_rate(),
             "rng": checkpoint.rng_state(),
@@ -87,18 +98,22 @@ class Learner(Component):
         started = time.perf_counter()
         self.beat("training on a dataset")
         dataset = self.datasets[index]
-        data = {key: t.to(self.device, non_blocking=True) for key, t in dataset.items()}
-        data = {key: (t if key == "obs" else t[:-1]) for key, t in data.items()}  # obs keeps the bootstrap row
+        batch = {key: t.to(self.device, non_blocking=True) for key, t in dataset.items()}
+        batch = {key: (t if key == "obs" else t[:-1]) for key, t in batch.items()}  # obs keeps the bootstrap row
+        batch["values_behaviour"] = batch.pop("values")  # "values" is what the graph recomputes
         lr = self._learning_rate()
-        for group in self.algo.optimizer.param_groups:
+        slot = self.models["actor_critic"]
+        for group in slot.optimizer.param_groups:
             group["lr"] = lr
-        stats = self.algo.train(data, self.version)
+        self.executor.context.policy_version = self.version
+        outputs = self.executor.run(batch)
         self.version += 1
-        self.weights.publish(self.algo.model, self.version)
+        self.weights.publish(slot.module, self.version)
         self.emit("batch_consumed", index)
 
-        samples = data["rewards"].numel()
+        samples = batch["rewards"].numel()
         self.samples_trained += samples
+        stats = {k: v for key, d in outputs.items() if key.endswith("_stats") for k, v in d.items()}
         self.emit("report", {"source": "learner", "version": self.version, "samples": samples,
                              "train_seconds": time.perf_counter() - started, "learning_rate": lr, **stats})
 

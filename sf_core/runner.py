@@ -20,13 +20,15 @@ from dataclasses import replace
 import gymnasium as gym
 import torch
 
+from algo.algorithms import BATCH_KEYS, algorithm_builder
+from algo.graph import build_graph
 from envs.registry import EnvContext, EnvRegistry, registry_snapshot
 from sf_core import checkpoint
 from sf_core.component import Component, ComponentError, guarded
 from sf_core.config import Config, ConfigError
 from sf_core.experiment import Experiment
 from sf_core.stats import TrainingStats
-from sf_core.wiring import Graph, build_graph, initial_model
+from sf_core.wiring import Topology, build_components, initial_model
 from signal_slot.signal_slot import EventLoop, Timer
 
 log = logging.getLogger("sf_core")
@@ -54,7 +56,7 @@ class Runner(Component):
         self.loop = EventLoop("runner_loop", serial_mode=cfg.serial_mode)
         super().__init__(self.loop, "runner")
         self.experiment = Experiment(self.cfg)
-        self.graph = Graph()
+        self.topology = Topology()
         self.stats: TrainingStats | None = None
         self.resumed: dict | None = None  # the runner counters of the checkpoint we resumed from
         self.exit_code: int | None = None
@@ -76,6 +78,8 @@ class Runner(Component):
         cfg = self.cfg
         if not cfg.serial_mode:
             self.registry.check_picklable()
+        # the algorithm's graph is checked here, so a broken one fails before any process starts
+        build_graph(algorithm_builder(cfg.algo)(cfg).nodes, BATCH_KEYS)
         obs_space, action_space = self._probe_spaces()
         resume_from = None
         if cfg.restart_behavior == "resume":
@@ -89,7 +93,7 @@ class Runner(Component):
         # a resumed run must not replay the env seeds of the first one
         seed = self.seed + (state["version"] if state else 0)
         model = initial_model(cfg, obs_space, action_space, seed, state["model"] if state else None)
-        self.graph = build_graph(cfg, self, self.registry, obs_space, action_space, model,
+        self.topology = build_components(cfg, self, self.registry, obs_space, action_space, model,
                                  state["version"] if state else 0, resolve_device(cfg.device), seed,
                                  checkpoint.checkpoint_dir(self.experiment.path), resume_from)
 
@@ -112,7 +116,7 @@ class Runner(Component):
 
         previous = {sig: os_signal.signal(sig, self._on_os_signal) for sig in (os_signal.SIGINT, os_signal.SIGTERM)}
         try:
-            for proc in self.graph.processes:
+            for proc in self.topology.processes:
                 proc.start()
             self.loop.exec()
         except ComponentError as exc:  # serial mode: a slot raised on this loop
@@ -182,7 +186,7 @@ class Runner(Component):
     def _check_health(self, now: float) -> None:
         if self.error is not None:
             return
-        for proc in self.graph.processes:
+        for proc in self.topology.processes:
             if proc.is_alive():
                 continue
             # a crashing component reports its error just before exiting: give that report a moment
@@ -190,8 +194,8 @@ class Runner(Component):
             if now - first_seen > DEATH_REPORT_GRACE_SEC:
                 self._fail(proc.name, f"process {proc.name} (pid {proc.pid}) died with exit code {proc.exitcode}")
                 return
-        if self.graph.heartbeats is not None:
-            for name, silent, activity in self.graph.heartbeats.stalled(self.cfg.heartbeat_timeout, now):
+        if self.topology.heartbeats is not None:
+            for name, silent, activity in self.topology.heartbeats.stalled(self.cfg.heartbeat_timeout, now):
                 self._fail(name, f"no heartbeat for {silent:.0f}s (--heartbeat_timeout={self.cfg.heartbeat_timeout:g}); "
                                  f"its last activity: {activity}")
                 return
@@ -228,7 +232,7 @@ class Runner(Component):
 
     def _forget_dead_components(self) -> None:
         """Never emit into the queue of a dead process: it may have died holding the queue's lock."""
-        for component in self.graph.dead_components():
+        for component in self.topology.dead_components():
             for signal_name, slot in (("stop", component.stop), ("save_checkpoint", getattr(component, "save_checkpoint", None))):
                 if slot is not None and component.object_id in self.send_signals_to.get(signal_name, ()):
                     self.disconnect(signal_name, slot)
@@ -245,10 +249,10 @@ class Runner(Component):
 
     def _stop_processes(self) -> None:
         deadline = time.time() + SHUTDOWN_GRACE_SEC
-        for proc in self.graph.processes:
+        for proc in self.topology.processes:
             if proc.is_alive():
                 proc.join(timeout=max(0.0, deadline - time.time()))
-        for proc in self.graph.processes:
+        for proc in self.topology.processes:
             if proc.is_alive():  # components ignore SIGTERM (see component.configure_process): kill
                 log.warning("%s did not stop in %.0fs: killing it", proc.name, SHUTDOWN_GRACE_SEC)
                 proc.kill()
@@ -267,7 +271,7 @@ class Runner(Component):
         self.experiment.write_summary(summary)
         if self.last_checkpoint:
             log.info("last checkpoint: %s", self.last_checkpoint)
-        for proc in self.graph.processes:
+        for proc in self.topology.processes:
             try:
                 proc.close()
             except ValueError:

@@ -1,4 +1,4 @@
-"""Building the component graph: shared buffers, components, their hosts, and the signal connections.
+"""Building the component topology: shared buffers, components, their hosts, and the signal connections.
 
 Serial mode puts every component on the runner's loop. Async mode gives each rollout worker and
 inference worker its own process, and the learner a process whose batcher runs on a second thread.
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import gymnasium as gym
 import torch
 
+from algo.algorithms import algorithm_builder
 from algo.model import ActorCritic, ModelSpec
 from envs.registry import EnvRegistry
 from sf_core.batcher import Batcher
@@ -29,7 +30,7 @@ log = logging.getLogger("sf_core")
 
 
 @dataclass
-class Graph:
+class Topology:
     components: list[Component] = field(default_factory=list)
     processes: list[ComponentProcess] = field(default_factory=list)
     heartbeats: Heartbeats | None = None
@@ -45,9 +46,9 @@ def component_names(cfg) -> list[str]:
             + [f"rollout_worker_{w}" for w in range(cfg.num_workers)] + ["learner", "batcher"])
 
 
-def build_graph(cfg, runner: Component, registry: EnvRegistry, obs_space: gym.Space, action_space: gym.Space,
+def build_components(cfg, runner: Component, registry: EnvRegistry, obs_space: gym.Space, action_space: gym.Space,
                 model: ActorCritic, version: int, device: str, seed: int, checkpoint_dir: str,
-                resume_from: str | None) -> Graph:
+                resume_from: str | None) -> Topology:
     ctx = multiprocessing.get_context(cfg.mp_start_method)
     layout = BufferLayout.from_config(cfg)
     buffers = TrajectoryBuffers(layout, obs_space, action_space)
@@ -58,16 +59,16 @@ def build_graph(cfg, runner: Component, registry: EnvRegistry, obs_space: gym.Sp
              f"{sum(p.numel() for p in model.parameters()):,}", layout.num_slots, layout.rollout + 1,
              layout.envs_per_split)
 
-    graph = Graph()
-    graph.heartbeats = None if cfg.serial_mode else Heartbeats(component_names(cfg))
-    hb = graph.heartbeats
+    topology = Topology()
+    topology.heartbeats = None if cfg.serial_mode else Heartbeats(component_names(cfg))
+    hb = topology.heartbeats
 
     def host(name: str) -> tuple[EventLoop, ComponentProcess | None]:
         if cfg.serial_mode:
             return runner.event_loop, None
         proc = ComponentProcess(f"{name}_proc", ctx, cfg.torch_threads)
-        graph.processes.append(proc)
-        graph.host[name] = proc
+        topology.processes.append(proc)
+        topology.host[name] = proc
         return proc.event_loop, proc
 
     inference = []
@@ -85,18 +86,18 @@ def build_graph(cfg, runner: Component, registry: EnvRegistry, obs_space: gym.Sp
             proc.reporter = workers[-1]
     loop, proc = host("learner")
     learner = Learner(loop, cfg, datasets, weights, obs_space, action_space, device, seed, checkpoint_dir,
-                      resume_from, hb)
+                      resume_from, algorithm_builder(cfg.algo), hb)
     batcher_loop = runner.event_loop if cfg.serial_mode else EventLoop("batcher_loop")
     batcher = Batcher(batcher_loop, cfg, buffers, datasets, layout, hb)
     if proc:
         proc.reporter = learner
         proc.threads.append((batcher_loop, batcher))
-        graph.host["batcher"] = proc
+        topology.host["batcher"] = proc
 
-    graph.components = [*inference, *workers, learner, batcher]
-    graph.learner = learner
-    _connect(runner, graph.components, workers, inference, learner, batcher)
-    return graph
+    topology.components = [*inference, *workers, learner, batcher]
+    topology.learner = learner
+    _connect(runner, topology.components, workers, inference, learner, batcher)
+    return topology
 
 
 def _connect(runner, components, workers, inference, learner, batcher) -> None:

@@ -140,3 +140,12 @@ def test_truncation_bootstraps_from_final_value(tmp_path):
     assert code == 0
     # Treating the time limit as termination would average (1-0.9^k)/0.1 over k = 1..20, about 6.1.
     assert summary["final_learner_stats"]["value_mean"] > 9.0, summary["final_learner_stats"]
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("algo", ["PPO", "REINFORCE"])
+def test_other_algorithms_solve_cartpole(tmp_path, algo):
+    code, summary = train(tmp_path, "--env=CartPole-v1", f"--algo={algo}", "--num_workers=2", "--seed=1",
+                          f"--target_mean_return={SOLVED}", "--train_for_seconds=150")
+    assert code == 0
+    assert summary["time_to_target"] is not None, f"{algo} did not solve CartPole: {summary}"

@@ -1,0 +1,102 @@
+"""Built-in algorithms as graphs, and the registry `--algo` picks from.
+
+An algorithm is a list of nodes plus, optionally, extra models it calls (a frozen reference policy,
+a reward model). The learner provides the trainable `actor_critic` and the batch keys in
+`BATCH_KEYS`; everything else is produced by nodes.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from algo import nodes as n
+from algo.graph import ModelSlot, Node
+
+BATCH_KEYS = ("obs", "actions", "log_prob", "values_behaviour", "rewards", "dones", "truncated", "trunc_values",
+              "policy_version")
+
+
+@dataclass
+class Algorithm:
+    nodes: list[Node]
+    # builds extra models from the learner's: name -> ModelSlot (e.g. a frozen reference policy)
+    extra_models: Callable[[dict[str, ModelSlot]], dict[str, ModelSlot]] = field(default=lambda slots: {})
+
+
+def common_nodes(rewards_key: str = "rewards") -> list[Node]:
+    """Lag mask, recomputed values and log-probs, truncation folded into rewards: shared by all three."""
+    return [
+        Node("lag_mask", "compute", ("policy_version",), ("mask", "lag_stats"), n.lag_mask),
+        Node("recompute", "inference", ("obs", "actions"), ("values", "target_log_prob"), n.recompute,
+             model="actor_critic"),
+        Node("fold_truncation", "compute", (rewards_key, "truncated", "trunc_values", "dones"),
+             ("shaped_rewards", "episode_ends"), n.fold_truncation(rewards_key)),
+    ]
+
+
+TARGET_INPUTS = ("shaped_rewards", "values", "episode_ends")
+UPDATE_INPUTS = ("obs", "actions", "log_prob", "advantages", "value_targets", "values", "mask")
+
+
+def ppo(cfg: Any, rewards_key: str = "rewards") -> Algorithm:
+    return Algorithm(common_nodes(rewards_key) + [
+        Node("gae", "compute", TARGET_INPUTS, ("advantages", "value_targets"), n.gae_targets),
+        Node("ppo_update", "train_step", UPDATE_INPUTS, ("train_stats",), n.ppo_update, model="actor_critic"),
+    ])
+
+
+def appo(cfg: Any, rewards_key: str = "rewards") -> Algorithm:
+    """PPO on possibly stale samples; with --with_vtrace the targets correct for the policy lag."""
+    if not cfg.with_vtrace:
+        return ppo(cfg, rewards_key)
+    return Algorithm(common_nodes(rewards_key) + [
+        Node("vtrace", "compute", TARGET_INPUTS + ("target_log_prob", "log_prob"), ("advantages", "value_targets"),
+             n.vtrace_targets),
+        Node("ppo_update", "train_step", UPDATE_INPUTS, ("train_stats",), n.ppo_update, model="actor_critic"),
+    ])
+
+
+def reinforce(cfg: Any, rewards_key: str = "rewards") -> Algorithm:
+    return Algorithm(common_nodes(rewards_key) + [
+        Node("monte_carlo_returns", "compute", TARGET_INPUTS, ("advantages", "value_targets"),
+             n.monte_carlo_targets),
+        Node("policy_gradient_update", "train_step", UPDATE_INPUTS, ("train_stats",), n.policy_gradient_update,
+             model="actor_critic"),
+    ])
+
+
+def frozen_copy(slot: ModelSlot, offload_device: str | None = None) -> ModelSlot:
+    """A non-trainable snapshot of a model, e.g. the reference policy of a KL penalty."""
+    module = copy.deepcopy(slot.module).requires_grad_(False).eval()
+    return ModelSlot(module, optimizer=None, device=slot.device, offload_device=offload_device)
+
+
+def frozen_from_checkpoint(slot: ModelSlot, path: str, offload_device: str | None = None) -> ModelSlot:
+    """Like `frozen_copy`, with the weights of a saved checkpoint (same architecture)."""
+    frozen = frozen_copy(slot, offload_device)
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    frozen.module.load_state_dict(state["model"])
+    return frozen
+
+
+_ALGORITHMS: dict[str, Callable[[Any], Algorithm]] = {"APPO": appo, "PPO": ppo, "REINFORCE": reinforce}
+
+
+def register_algorithm(name: str, builder: Callable[[Any], Algorithm]) -> None:
+    """Make `--algo=name` build its graph with `builder(cfg)` (a module-level function)."""
+    _ALGORITHMS[name] = builder
+
+
+def algorithm_builder(name: str) -> Callable[[Any], Algorithm]:
+    if name not in _ALGORITHMS:
+        raise ValueError(f"unknown --algo={name!r}; known: {', '.join(sorted(_ALGORITHMS))} "
+                         f"(register others with algo.algorithms.register_algorithm)")
+    return _ALGORITHMS[name]
+
+
+def known_algorithms() -> list[str]:
+    return sorted(_ALGORITHMS)

@@ -1,0 +1,143 @@
+"""Algorithms as dataflow graphs of model function calls.
+
+A `Node` is one call on one model (or a pure computation): it reads `input_keys` from the batch
+dict and writes `output_keys` into it. `build_graph` infers edges from the keys (producer → consumer)
+and rejects graphs that cannot run. `GraphExecutor` runs a graph on each batch in dependency order.
+
+Kinds:
+- `inference`: a forward pass without gradients (recompute values, a frozen reference policy);
+- `compute`:   a function of tensors only (targets, reward shaping);
+- `train_step`: forward + backward + optimizer step on a trainable model.
+
+Parameter versions: nodes run in topological order and every train_step of an iteration comes after
+the nodes that feed it, so the first call of a model in an iteration sees the weights left by its
+last train_step in the previous one.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import networkx as nx
+import torch
+
+KINDS = ("inference", "compute", "train_step")
+NodeFn = Callable[["Context", dict[str, Any]], dict[str, Any]]
+
+
+class GraphError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    kind: str
+    input_keys: tuple[str, ...]
+    output_keys: tuple[str, ...]
+    fn: NodeFn
+    model: str | None = None  # e.g. "actor_critic", "ref_policy", "reward_model"; None for compute
+    device: str | None = None  # None: the model's device (or the learner's)
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise GraphError(f"node {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind != "compute" and self.model is None:
+            raise GraphError(f"node {self.name!r}: a {self.kind} node must name the model it calls")
+
+
+@dataclass
+class ModelSlot:
+    """A model the graph calls: trainable (with optimizer) or frozen (e.g. a reference policy)."""
+
+    module: torch.nn.Module
+    optimizer: torch.optim.Optimizer | None = None
+    device: str = "cpu"
+    offload_device: str | None = None  # frozen models can wait on another device between calls
+
+    @property
+    def trainable(self) -> bool:
+        return self.optimizer is not None
+
+
+@dataclass
+class Context:
+    """What node functions may use besides the batch: models, hyperparameters, the policy version."""
+
+    models: dict[str, ModelSlot]
+    params: Any
+    policy_version: int = 0
+    on_minibatch: Callable[[], None] = lambda: None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def build_graph(nodes: list[Node], inputs: tuple[str, ...] | set[str]) -> nx.DiGraph:
+    """Dependency graph of `nodes`; `inputs` are the keys the batch provides before any node runs."""
+    inputs = set(inputs)
+    graph = nx.DiGraph()
+    producer: dict[str, str] = {}
+    for node in nodes:
+        if node.name in graph:
+            raise GraphError(f"two nodes are named {node.name!r}")
+        graph.add_node(node.name, node=node)
+        for key in node.output_keys:
+            if key in producer:
+                raise GraphError(f"key {key!r} is produced by two nodes: {producer[key]!r} and {node.name!r}")
+            if key in inputs:
+                raise GraphError(f"node {node.name!r} produces {key!r}, which the batch already provides")
+            producer[key] = node.name
+    for node in nodes:
+        for key in node.input_keys:
+            if key in producer:
+                graph.add_edge(producer[key], node.name, key=key)
+            elif key not in inputs:
+                raise GraphError(f"node {node.name!r} needs key {key!r}, which no node produces and the batch "
+                                 f"does not provide (batch keys: {sorted(inputs)})")
+    if not nx.is_directed_acyclic_graph(graph):
+        cycle = " -> ".join(u for u, _ in nx.find_cycle(graph))
+        raise GraphError(f"the graph has a cycle: {cycle}")
+    return graph
+
+
+class GraphExecutor:
+    """Runs a graph on batch dicts; nodes of one generation may run on threads at the same time."""
+
+    def __init__(self, graph: nx.DiGraph, context: Context, concurrent: bool = False):
+        self.graph, self.context = graph, context
+        self.generations = [sorted(gen) for gen in nx.topological_generations(graph)]
+        self.pool = ThreadPoolExecutor(max_workers=4) if concurrent else None
+
+    def run(self, batch: dict[str, Any]) -> dict[str, Any]:
+        data = dict(batch)
+        for generation in self.generations:
+            nodes = [self.graph.nodes[name]["node"] for name in generation]
+            if self.pool is not None and len(nodes) > 1:
+                results = list(self.pool.map(lambda n: self._call(n, data), nodes))
+            else:
+                results = [self._call(n, data) for n in nodes]
+            for out in results:
+                data.update(out)
+        return data
+
+    def _call(self, node: Node, data: dict[str, Any]) -> dict[str, Any]:
+        slot = self.context.models.get(node.model) if node.model else None
+        if slot is not None and slot.offload_device is not None:
+            slot.module.to(node.device or slot.device)
+        inputs = {key: data[key] for key in node.input_keys}
+        if node.kind == "inference":
+            with torch.no_grad():
+                out = node.fn(self.context, inputs)
+        else:
+            out = node.fn(self.context, inputs)
+        if slot is not None and slot.offload_device is not None:
+            slot.module.to(slot.offload_device)
+        missing = set(node.output_keys) - set(out)
+        if missing:
+            raise GraphError(f"node {node.name!r} did not produce {sorted(missing)}")
+        return {key: out[key] for key in node.output_keys}
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False)

@@ -1,0 +1,155 @@
+"""The node functions PPO, APPO and REINFORCE are built from, in the order they run.
+
+Each takes (context, inputs) and returns its outputs; `algo.algorithms` wires them into graphs.
+Batch tensors are time-major: [T, N] per step, [T+1, N] for observations (last row: bootstrap).
+  1. lag_mask          which samples are recent enough to train on
+  2. recompute         update observation statistics; values and log-probs under the current model
+  3. fold_truncation   a time-limit cut ends the trajectory but bootstraps from V(final obs)
+  4. targets           GAE, V-trace, or Monte-Carlo returns (REINFORCE)
+  5. update            minibatch SGD: PPO clipped surrogate, or the plain policy gradient
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from algo import ppo
+from algo.graph import Context
+from algo.targets import gae, vtrace
+
+Inputs = dict[str, Any]
+
+
+# 1. ------------------------------------------------------------------------------------------------
+def lag_mask(ctx: Context, x: Inputs) -> Inputs:
+    lag = (ctx.policy_version - x["policy_version"]).float()
+    mask = (lag <= ctx.params.max_policy_lag).float()
+    return {"mask": mask, "lag_stats": {"policy_lag_mean": lag.mean().item(), "policy_lag_max": lag.max().item(),
+                                        "dropped_for_lag_fraction": 1.0 - mask.mean().item()}}
+
+
+# 2. ------------------------------------------------------------------------------------------------
+def recompute(ctx: Context, x: Inputs) -> Inputs:
+    model = ctx.models["actor_critic"].module
+    obs, actions = x["obs"], x["actions"]
+    T, N = actions.shape[:2]
+    if model.obs_norm is not None:
+        model.obs_norm.update(obs[:-1].flatten(0, 1).float())
+    dist_params, values_norm = model(obs.flatten(0, 1))
+    values = model.denormalize_value(values_norm).view(T + 1, N)
+    dist = model.distribution(dist_params.view(T + 1, N, -1)[:-1].flatten(0, 1))
+    target_log_prob = dist.log_prob(actions.flatten(0, 1)).view(T, N)
+    return {"values": values, "target_log_prob": target_log_prob}
+
+
+# 3. ------------------------------------------------------------------------------------------------
+def fold_truncation(rewards_key: str) -> Callable[[Context, Inputs], Inputs]:
+    def fold(ctx: Context, x: Inputs) -> Inputs:
+        truncated = x["truncated"].float()
+        shaped = x[rewards_key] + ctx.params.gamma * truncated * x["trunc_values"]
+        return {"shaped_rewards": shaped, "episode_ends": (x["dones"] | x["truncated"]).float()}
+
+    return fold
+
+
+# 4. ------------------------------------------------------------------------------------------------
+def gae_targets(ctx: Context, x: Inputs) -> Inputs:
+    p = ctx.params
+    advantages, targets = gae(x["shaped_rewards"], x["values"], x["episode_ends"], p.gamma, p.gae_lambda)
+    return {"advantages": advantages, "value_targets": targets}
+
+
+def vtrace_targets(ctx: Context, x: Inputs) -> Inputs:
+    p = ctx.params
+    advantages, targets = vtrace(x["shaped_rewards"], x["values"], x["episode_ends"],
+                                 x["target_log_prob"] - x["log_prob"], p.gamma, p.gae_lambda, p.vtrace_rho, p.vtrace_c)
+    return {"advantages": advantages, "value_targets": targets}
+
+
+def monte_carlo_targets(ctx: Context, x: Inputs) -> Inputs:
+    """REINFORCE: discounted returns to the end of the episode (λ = 1), bootstrapped only where a
+    trajectory is cut; the advantage subtracts the learned baseline V(s)."""
+    advantages, targets = gae(x["shaped_rewards"], x["values"], x["episode_ends"], ctx.params.gamma, 1.0)
+    return {"advantages": advantages, "value_targets": targets}
+
+
+# 5. ------------------------------------------------------------------------------------------------
+def ppo_update(ctx: Context, x: Inputs) -> Inputs:
+    return {"train_stats": _minibatch_sgd(ctx, x, _ppo_policy_loss, ctx.params.num_epochs)}
+
+
+def policy_gradient_update(ctx: Context, x: Inputs) -> Inputs:
+    """One pass, no ratio clipping: REINFORCE's −log π(a|s)·A."""
+    return {"train_stats": _minibatch_sgd(ctx, x, _pg_policy_loss, 1)}
+
+
+def _ppo_policy_loss(ctx: Context, log_prob, mb) -> torch.Tensor:
+    return ppo.policy_loss(log_prob, mb["log_prob"], mb["advantages"], ctx.params.ppo_clip_ratio, mb["mask"])
+
+
+def _pg_policy_loss(ctx: Context, log_prob, mb) -> torch.Tensor:
+    return -ppo.masked_mean(log_prob * mb["advantages"], mb["mask"])
+
+
+def _minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn, epochs: int) -> dict[str, float]:
+    p, slot = ctx.params, ctx.models["actor_critic"]
+    model = slot.module
+    T, N = x["actions"].shape[:2]
+    mask = x["mask"]
+    if model.returns_norm is not None:
+        model.returns_norm.update(x["value_targets"][mask.bool()])
+    flat = {
+        "obs": x["obs"][:-1].flatten(0, 1), "actions": x["actions"].flatten(0, 1),
+        "log_prob": x["log_prob"].flatten(0, 1), "advantages": x["advantages"].flatten(),
+        "targets": model.normalize_value(x["value_targets"]).flatten(),
+        "old_values": model.normalize_value(x["values"][:-1]).flatten(), "mask": mask.flatten(),
+    }
+    totals: dict[str, float] = {}
+    steps = 0
+    for _ in range(epochs):
+        order = torch.randperm(T * N) if p.shuffle_minibatches else torch.arange(T * N)
+        for start in range(0, T * N, p.batch_size):
+            idx = order[start:start + p.batch_size]
+            for key, value in _sgd_step(ctx, {k: v[idx] for k, v in flat.items()}, policy_loss_fn).items():
+                totals[key] = totals.get(key, 0.0) + value
+            steps += 1
+            ctx.on_minibatch()
+    stats = {key: value / max(1, steps) for key, value in totals.items()}
+    stats.update(value_mean=x["values"][:-1].mean().item(), target_mean=x["value_targets"].mean().item())
+    return stats
+
+
+def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn) -> dict[str, float]:
+    p, slot = ctx.params, ctx.models["actor_critic"]
+    model = slot.module
+    dist_params, values = model(mb["obs"])
+    dist = model.distribution(dist_params)
+    log_prob = dist.log_prob(mb["actions"])
+    entropy = ppo.masked_mean(dist.entropy(), mb["mask"])
+    if p.normalize_advantage:
+        mb = dict(mb, advantages=(mb["advantages"] - mb["advantages"].mean())
+                  / (mb["advantages"].std(unbiased=False) + 1e-8))
+
+    policy_loss = policy_loss_fn(ctx, log_prob, mb)
+    value_loss = ppo.value_loss(values, mb["old_values"], mb["targets"], p.ppo_clip_value, mb["mask"])
+    loss = policy_loss + p.value_loss_coeff * value_loss - p.exploration_loss_coeff * entropy
+    if not torch.isfinite(loss):
+        raise FloatingPointError(
+            f"non-finite loss (policy {policy_loss.item()}, value {value_loss.item()}, entropy {entropy.item()}); "
+            f"check the env's observations and rewards for NaN/inf")
+
+    slot.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    max_norm = p.max_grad_norm if p.max_grad_norm > 0 else float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    slot.optimizer.step()
+
+    with torch.no_grad():
+        log_ratio = log_prob - mb["log_prob"]
+        kl = ppo.approx_kl(log_prob, mb["log_prob"], mb["mask"])
+        clip_fraction = ppo.masked_mean((log_ratio.exp() - 1).abs().gt(p.ppo_clip_ratio).float(), mb["mask"])
+    return {"loss": loss.item(), "policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
+            "entropy": entropy.item(), "kl": kl.item(), "clip_fraction": clip_fraction.item(),
+            "grad_norm": float(grad_norm)}
