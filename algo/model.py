@@ -99,5 +99,5 @@ class ActorCritic(nn.Module):
     def normalize_value(self, value: torch.Tensor) -> torch.Tensor:
         if self.returns_norm is None:
             return value
-        std = (self.returns_norm.var + self.returns_norm.eps).sqrt().to(value.dtype)
-        return (value - self.returns_norm.mean.to(value.dtype)) / std
+        mean, std = self.returns_norm._mean_std(value.dtype)
+        return (value - mean) / std  # unclipped, unlike observations

@@ -15,6 +15,17 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
         self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
         self.register_buffer("count", torch.tensor(eps, dtype=torch.float64))
+        self._cache: tuple[torch.Tensor, torch.Tensor] | None = None  # float32 (mean, std) until stats change
+        self.register_load_state_dict_post_hook(lambda module, keys: module._invalidate())
+
+    def _invalidate(self) -> None:
+        self._cache = None
+
+    def _mean_std(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        # Converting the float64 statistics on every call cost more than the normalisation itself.
+        if self._cache is None or self._cache[0].dtype != dtype or self._cache[0].device != self.mean.device:
+            self._cache = (self.mean.to(dtype), (self.var + self.eps).sqrt().to(dtype))
+        return self._cache
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
@@ -25,11 +36,16 @@ class RunningMeanStd(nn.Module):
         m2 = self.var * self.count + batch_var * n + delta.pow(2) * self.count * n / total
         self.var.copy_(m2 / total)
         self.count.copy_(total)
+        self._invalidate()
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        std = (self.var + self.eps).sqrt().to(x.dtype)
-        return ((x - self.mean.to(x.dtype)) / std).clamp(-self.clip, self.clip)
+        mean, std = self._mean_std(x.dtype)
+        return ((x - mean) / std).clamp(-self.clip, self.clip)
 
     def denormalize(self, x: torch.Tensor) -> torch.Tensor:
-        std = (self.var + self.eps).sqrt().to(x.dtype)
-        return x * std + self.mean.to(x.dtype)
+        mean, std = self._mean_std(x.dtype)
+        return x * std + mean
+
+    def _apply(self, fn, *args, **kwargs):  # .to(device) etc. must not keep a cache on the old device
+        self._cache = None
+        return super()._apply(fn, *args, **kwargs)

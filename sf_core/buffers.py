@@ -115,7 +115,7 @@ class SharedWeights:
             self.version[0] = version
 
     def current_version(self) -> int:
-        return int(self.version[0])
+        return int(self.version.numpy()[0])
 
     def load_into(self, model: nn.Module) -> int:
         with self.lock:

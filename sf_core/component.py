@@ -11,14 +11,35 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import pickle
 import signal as os_signal
 import threading
 import traceback
 from typing import Any, Callable
 
+import faster_fifo
 import torch
 from sf_core.heartbeat import Heartbeats
 from signal_slot.signal_slot import EventLoop, EventLoopObject, EventLoopProcess, Timer
+
+
+SIGNAL_QUEUE_BYTES = 5_000_000
+
+
+def use_plain_pickle(loop: EventLoop) -> EventLoop:
+    """Give a loop a faster-fifo queue that pickles with plain `pickle` instead of ForkingPickler.
+
+    Signal payloads here are ints, lists and dicts of floats (never tensors or handles), and plain
+    pickle is about 7x cheaper per message, which adds up at one signal per env-group step. Must
+    run before any connection to the loop is made (connections capture the queue object).
+    """
+    old = loop.signal_queue
+    loop.signal_queue = faster_fifo.Queue(max_size_bytes=SIGNAL_QUEUE_BYTES, dumps=pickle.dumps)
+    for obj in list(loop.objects.values()):  # the loop's own connections (its terminate signal)
+        for receiver, queue in obj.receiver_queues.items():
+            if queue is old:
+                obj.receiver_queues[receiver] = loop.signal_queue
+    return loop
 
 
 class ComponentError(RuntimeError):
@@ -109,6 +130,7 @@ class ComponentProcess(EventLoopProcess):
 
     def __init__(self, name: str, mp_context, torch_threads: int):
         super().__init__(name, multiprocessing_context=mp_context, daemon=True)
+        use_plain_pickle(self.event_loop)
         self.torch_threads = torch_threads
         self.reporter: Component | None = None  # the component whose name a crash is reported under
         self.threads: list[tuple[EventLoop, Component]] = []  # extra loops run on threads (the batcher)

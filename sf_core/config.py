@@ -120,8 +120,9 @@ class Config:
     device: str = flag("cpu", "system", "Device of the learner and inference workers: cpu, cuda, cuda:N or gpu (falls back to cpu, with a warning, if there is no GPU).")
     torch_threads: int = flag(1, "system", "torch threads per component process in async mode (1 is best when processes ≥ cores).")
     mp_start_method: str = flag(
-        "spawn", "system", "multiprocessing start method for component processes.",
-        choices=("spawn", "forkserver", "fork"),
+        "auto", "system", "multiprocessing start method for component processes. auto: fork on Linux with a "
+        "CPU device (first frame in well under a second), spawn otherwise (CUDA cannot be forked).",
+        choices=("auto", "spawn", "forkserver", "fork"),
     )
     heartbeat_timeout: float = flag(60.0, "system", "Seconds a component may go without a heartbeat before the run stops, naming it.")
     sampling_only: bool = flag(False, "system", "Benchmarking: sample with inference but skip SGD (no learning).")

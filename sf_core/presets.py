@@ -11,7 +11,7 @@ from typing import Any
 # Classic-control envs: tiny observations, fast steps. Short rollouts and small datasets give many
 # quick updates, which is what solves these envs sooner in wall-clock time.
 _CLASSIC_DISCRETE: dict[str, Any] = {
-    "num_envs_per_worker": 16,
+    "num_envs_per_worker": 64,  # big env groups: fewer, larger inference batches (docs/performance.md)
     "rollout": 32,
     "batch_size": 1024,
     "num_batches_per_epoch": 2,

@@ -1,6 +1,6 @@
 """Rollout worker: owns envs (in `worker_num_splits` VectorEnvRunners) and steps them on request.
 
-Signals in:  advance_{w}(split)        inference wrote actions for this split's current row
+Signals in:  advance_{w}(splits)       inference wrote actions for these splits' current rows
              slots_freed_{w}(slots)    the batcher is done with these trajectory slots
              stop()
 Signals out: policy_request(worker, split, slot, row, has_truncation)   to its inference worker
@@ -58,15 +58,20 @@ class RolloutWorker(Component):
         self.emit("policy_request", self.worker, split, runner.slot, runner.t, has_truncation)
 
     @guarded
-    def advance(self, split: int) -> None:
-        runner = self.runners[split]
-        if runner.trajectory_complete():
-            runner.faults_in_a_row = 0
-            self.emit("new_trajectories", runner.slot)
-            if not runner.next_slot():
-                self.waiting_for_slot.add(split)
-                return
-        self._step(split)
+    def advance(self, splits: list[int]) -> None:
+        for split in splits:
+            runner = self.runners[split]
+            if runner.trajectory_complete():
+                runner.faults_in_a_row = 0
+                self.emit("new_trajectories", runner.slot)
+                if not runner.next_slot():
+                    self.waiting_for_slot.add(split)
+                    continue
+                if not self.cfg.async_rl:
+                    # sync: the action carried into row 0 predates the weights trained meanwhile
+                    self._request(split, has_truncation=False)
+                    continue
+            self._step(split)
 
     def _step(self, split: int) -> None:
         started = time.perf_counter()
@@ -105,7 +110,10 @@ class RolloutWorker(Component):
             self.runners[split].release(k)
             if split in self.waiting_for_slot and self.runners[split].next_slot():
                 self.waiting_for_slot.discard(split)
-                self._step(split)
+                if self.cfg.async_rl:
+                    self._step(split)
+                else:  # see advance(): act with the new weights, not the carried action
+                    self._request(split, has_truncation=False)
 
     @guarded
     def send_report(self) -> None:

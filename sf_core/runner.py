@@ -24,7 +24,7 @@ from algo.algorithms import BATCH_KEYS, algorithm_builder
 from algo.graph import build_graph
 from envs.registry import EnvContext, EnvRegistry, registry_snapshot
 from sf_core import checkpoint
-from sf_core.component import Component, ComponentError, guarded
+from sf_core.component import Component, ComponentError, guarded, use_plain_pickle
 from sf_core.config import Config, ConfigError
 from sf_core.experiment import Experiment
 from sf_core.stats import TrainingStats
@@ -48,12 +48,14 @@ def resolve_device(requested: str) -> str:
 
 
 class Runner(Component):
-    def __init__(self, cfg: Config, registry: EnvRegistry | None = None):
-        self.launched = time.time()
+    def __init__(self, cfg: Config, registry: EnvRegistry | None = None, launched: float | None = None):
+        self.launched = launched or time.time()  # train.main passes its own start: torch imports count
         self.seed = cfg.seed if cfg.seed >= 0 else random.randrange(2**31)
         self.cfg = replace(cfg, seed=self.seed)
         self.registry = registry or registry_snapshot(only=cfg.env)
         self.loop = EventLoop("runner_loop", serial_mode=cfg.serial_mode)
+        if not cfg.serial_mode:
+            use_plain_pickle(self.loop)
         super().__init__(self.loop, "runner")
         self.experiment = Experiment(self.cfg)
         self.topology = Topology()
@@ -65,6 +67,7 @@ class Runner(Component):
         self.best_return = float("-inf")
         self.last_checkpoint: str | None = None
         self.stopping = False
+        self.threads_before_fork = 0
 
     # ---------------------------------------------------------------- setup
     def _probe_spaces(self):
@@ -92,6 +95,11 @@ class Runner(Component):
                      f"{self.resumed['frames']:,}")
         # a resumed run must not replay the env seeds of the first one
         seed = self.seed + (state["version"] if state else 0)
+        if not cfg.serial_mode:
+            # the runner does little torch work itself; one thread keeps OpenMP's pool unstarted,
+            # so forked component processes do not inherit a pool whose threads they lack
+            self.threads_before_fork = torch.get_num_threads()
+            torch.set_num_threads(1)
         model = initial_model(cfg, obs_space, action_space, seed, state["model"] if state else None)
         self.topology = build_components(cfg, self, self.registry, obs_space, action_space, model,
                                  state["version"] if state else 0, resolve_device(cfg.device), seed,
@@ -105,19 +113,22 @@ class Runner(Component):
         except (ValueError, gym.error.Error) as exc:
             raise ConfigError(str(exc)) from exc
         self.experiment.prepare(resuming=self.resumed is not None)
-        start_frames = self.resumed["frames"] if self.resumed else 0
-        self.stats = TrainingStats(self.cfg.stats_window, self.experiment.summary_writer(start_frames),
-                                   self.launched)
-        if self.resumed:
-            self.stats.restore(self.resumed)
         timer = Timer(self.loop, CHECK_INTERVAL_SEC, object_id="runner_check_timer")
         timer.timeout.connect(self.check)
-        self.last_summary = self.last_console = self.last_save = time.time()
 
         previous = {sig: os_signal.signal(sig, self._on_os_signal) for sig in (os_signal.SIGINT, os_signal.SIGTERM)}
         try:
             for proc in self.topology.processes:
                 proc.start()
+            if self.threads_before_fork:  # this interpreter may train again, serially, later
+                torch.set_num_threads(self.threads_before_fork)
+            # after the processes start: the TensorBoard writer runs a thread, which a fork must not copy
+            start_frames = self.resumed["frames"] if self.resumed else 0
+            self.stats = TrainingStats(self.cfg.stats_window, self.experiment.summary_writer(start_frames),
+                                       self.launched)
+            if self.resumed:
+                self.stats.restore(self.resumed)
+            self.last_summary = self.last_console = self.last_save = time.time()
             self.loop.exec()
         except ComponentError as exc:  # serial mode: a slot raised on this loop
             self._fail(exc.component, exc.details)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import sys
+import time
 from typing import Sequence
 
 from envs.registry import EnvNotFoundError
@@ -26,6 +27,7 @@ def setup_logging() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Train; returns the exit code (0 done, 1 error, 2 bad flags, 130/143 interrupted)."""
+    launched = time.time()
     setup_logging()
     if getattr(multiprocessing.current_process(), "_inheriting", False):  # how multiprocessing itself tells
         print("sf_core.train: error: main() was called inside a worker process that is starting up; put the "
@@ -47,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sf_core.runner import Runner
 
     try:
-        return Runner(cfg).run()
+        return Runner(cfg, launched=launched).run()
     except (EnvNotFoundError, ConfigError) as exc:
         print(f"sf_core.train: error: {exc}", file=sys.stderr)
         return 1

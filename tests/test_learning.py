@@ -98,13 +98,16 @@ USER_SCRIPT = textwrap.dedent('''
 
 
 @pytest.mark.timeout(150)
-def test_user_registered_env_learns_async_two_workers(tmp_path):
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+def test_user_registered_env_learns_async_two_workers(tmp_path, start_method):
+    """Under spawn, workers import the user's script afresh: the registration must reach them."""
     script = tmp_path / "my_training.py"
     script.write_text(USER_SCRIPT)
     # optimal return is 1 - 6 * 0.01 = 0.94; a random walk rarely reaches the goal within 50 steps
     result = run_cli([f"--train_dir={tmp_path}", "--experiment=corridor", "--num_envs_per_worker=8",
                       "--rollout=16", "--batch_size=512", "--encoder_mlp_layers", "64",
-                      "--learning_rate=0.001", "--target_mean_return=0.9", "--train_for_seconds=100", "--seed=3"],
+                      "--learning_rate=0.001", "--target_mean_return=0.9", "--train_for_seconds=100", "--seed=3",
+                      f"--mp_start_method={start_method}"],
                      timeout=130, script=str(script), cwd=str(tmp_path))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     summary = read_summary(tmp_path, "corridor")
