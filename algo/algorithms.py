@@ -27,12 +27,17 @@ class Algorithm:
     extra_models: Callable[[dict[str, ModelSlot]], dict[str, ModelSlot]] = field(default=lambda slots: {})
 
 
-def common_nodes(rewards_key: str = "rewards") -> list[Node]:
-    """Lag mask, recomputed values and log-probs, truncation folded into rewards: shared by all three."""
+RECOMPUTE = Node("recompute", "inference", ("obs", "actions"), ("values", "target_log_prob"), n.recompute,
+                 model="actor_critic")
+BEHAVIOUR_VALUES = Node("behaviour_values", "compute", ("values_behaviour",), ("values",), n.behaviour_values)
+
+
+def common_nodes(cfg: Any, rewards_key: str = "rewards", recompute: bool = False) -> list[Node]:
+    """Lag mask, values, truncation folded into rewards: shared by all three algorithms."""
+    values = RECOMPUTE if recompute or cfg.recompute_values else BEHAVIOUR_VALUES
     return [
         Node("lag_mask", "compute", ("policy_version",), ("mask", "lag_stats"), n.lag_mask),
-        Node("recompute", "inference", ("obs", "actions"), ("values", "target_log_prob"), n.recompute,
-             model="actor_critic"),
+        values,
         Node("fold_truncation", "compute", (rewards_key, "truncated", "trunc_values", "dones"),
              ("shaped_rewards", "episode_ends"), n.fold_truncation(rewards_key)),
     ]
@@ -43,7 +48,7 @@ UPDATE_INPUTS = ("obs", "actions", "log_prob", "advantages", "value_targets", "v
 
 
 def ppo(cfg: Any, rewards_key: str = "rewards") -> Algorithm:
-    return Algorithm(common_nodes(rewards_key) + [
+    return Algorithm(common_nodes(cfg, rewards_key) + [
         Node("gae", "compute", TARGET_INPUTS, ("advantages", "value_targets"), n.gae_targets),
         Node("ppo_update", "train_step", UPDATE_INPUTS, ("train_stats",), n.ppo_update, model="actor_critic"),
     ])
@@ -53,7 +58,8 @@ def appo(cfg: Any, rewards_key: str = "rewards") -> Algorithm:
     """PPO on possibly stale samples; with --with_vtrace the targets correct for the policy lag."""
     if not cfg.with_vtrace:
         return ppo(cfg, rewards_key)
-    return Algorithm(common_nodes(rewards_key) + [
+    # V-trace needs the current policy's log-probs, so it always recomputes (values come along free)
+    return Algorithm(common_nodes(cfg, rewards_key, recompute=True) + [
         Node("vtrace", "compute", TARGET_INPUTS + ("target_log_prob", "log_prob"), ("advantages", "value_targets"),
              n.vtrace_targets),
         Node("ppo_update", "train_step", UPDATE_INPUTS, ("train_stats",), n.ppo_update, model="actor_critic"),
@@ -61,7 +67,7 @@ def appo(cfg: Any, rewards_key: str = "rewards") -> Algorithm:
 
 
 def reinforce(cfg: Any, rewards_key: str = "rewards") -> Algorithm:
-    return Algorithm(common_nodes(rewards_key) + [
+    return Algorithm(common_nodes(cfg, rewards_key) + [
         Node("monte_carlo_returns", "compute", TARGET_INPUTS, ("advantages", "value_targets"),
              n.monte_carlo_targets),
         Node("policy_gradient_update", "train_step", UPDATE_INPUTS, ("train_stats",), n.policy_gradient_update,

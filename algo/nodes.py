@@ -3,7 +3,8 @@
 Each takes (context, inputs) and returns its outputs; `algo.algorithms` wires them into graphs.
 Batch tensors are time-major: [T, N] per step, [T+1, N] for observations (last row: bootstrap).
   1. lag_mask          which samples are recent enough to train on
-  2. recompute         update observation statistics; values and log-probs under the current model
+  2. values            the behaviour policy's, or recomputed with the current model (and, for
+                       V-trace, the current policy's log-probs)
   3. fold_truncation   a time-limit cut ends the trajectory but bootstraps from V(final obs)
   4. targets           GAE, V-trace, or Monte-Carlo returns (REINFORCE)
   5. update            minibatch SGD: PPO clipped surrogate, or the plain policy gradient
@@ -31,12 +32,15 @@ def lag_mask(ctx: Context, x: Inputs) -> Inputs:
 
 
 # 2. ------------------------------------------------------------------------------------------------
+def behaviour_values(ctx: Context, x: Inputs) -> Inputs:
+    """The values inference computed while acting (row T: the bootstrap value), as PPO uses them."""
+    return {"values": x["values_behaviour"]}
+
+
 def recompute(ctx: Context, x: Inputs) -> Inputs:
     model = ctx.models["actor_critic"].module
     obs, actions = x["obs"], x["actions"]
     T, N = actions.shape[:2]
-    if model.obs_norm is not None:
-        model.obs_norm.update(obs[:-1].flatten(0, 1).float())
     dist_params, values_norm = model(obs.flatten(0, 1))
     values = model.denormalize_value(values_norm).view(T + 1, N)
     dist = model.distribution(dist_params.view(T + 1, N, -1)[:-1].flatten(0, 1))
@@ -98,6 +102,8 @@ def _minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn, epochs: int) -> dict
     model = slot.module
     T, N = x["actions"].shape[:2]
     mask = x["mask"]
+    if model.obs_norm is not None:
+        model.obs_norm.update(x["obs"][:-1].flatten(0, 1).float())
     if model.returns_norm is not None:
         model.returns_norm.update(x["value_targets"][mask.bool()])
     flat = {

@@ -10,6 +10,7 @@ class LearningParams:
     gamma: float = 0.99
     gae_lambda: float = 0.95
     with_vtrace: bool = False
+    recompute_values: bool = False
     vtrace_rho: float = 1.0
     vtrace_c: float = 1.0
     ppo_clip_ratio: float = 0.1

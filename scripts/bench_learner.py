@@ -32,7 +32,7 @@ def synthetic_batch(T: int, N: int, obs_dim: int, n_actions: int) -> dict[str, t
     g = torch.Generator().manual_seed(0)
     return {
         "obs": torch.randn(T + 1, N, obs_dim, generator=g), "actions": torch.randint(n_actions, (T, N), generator=g),
-        "log_prob": torch.full((T, N), -float(np.log(n_actions))), "values_behaviour": torch.zeros(T, N),
+        "log_prob": torch.full((T, N), -float(np.log(n_actions))), "values_behaviour": torch.zeros(T + 1, N),
         "rewards": torch.ones(T, N), "dones": torch.rand(T, N, generator=g) < 0.02,
         "truncated": torch.zeros(T, N, dtype=torch.bool), "trunc_values": torch.zeros(T, N),
         "policy_version": torch.zeros(T, N, dtype=torch.int64),

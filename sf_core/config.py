@@ -91,6 +91,9 @@ class Config:
     gamma: float = flag(0.99, "learning", "Discount factor.")
     gae_lambda: float = flag(0.95, "learning", "GAE lambda (also the trace-cutting lambda of V-trace).")
     with_vtrace: bool = flag(False, "learning", "V-trace targets (off-policy correction) instead of GAE.")
+    recompute_values: bool = flag(
+        False, "learning", "Recompute values with the current model before GAE (one more forward pass per "
+        "dataset). Off: use the values inference computed while acting, as PPO does. V-trace always recomputes.")
     vtrace_rho: float = flag(1.0, "learning", "V-trace importance-weight clip for the value target (rho bar).")
     vtrace_c: float = flag(1.0, "learning", "V-trace trace-cutting clip (c bar).")
     ppo_clip_ratio: float = flag(0.1, "learning", "PPO policy ratio clip: ratio is kept in [1-x, 1+x].")
@@ -103,10 +106,21 @@ class Config:
     shuffle_minibatches: bool = flag(True, "learning", "Shuffle samples across minibatches each epoch.")
 
     # --- model
-    encoder_mlp_layers: list[int] = flag([512, 512], "model", "Hidden layer sizes of the MLP encoder.")
+    encoder_mlp_layers: list[int] = flag([512, 512], "model", "Hidden layer sizes of the MLP encoder (1-D and other "
+                                         "non-image Box observations, flattened).")
+    encoder_conv_architecture: str = flag(
+        "convnet_atari", "model", "Conv encoder for image observations (a Box with 3 dims, [C, H, W] or [H, W, C]): "
+        "convnet_atari is the Nature-DQN CNN (conv 32 8x8/4, 64 4x4/2, 64 3x3/1), resnet_impala the IMPALA "
+        "ResNet (3 stages of conv, max-pool and 2 residual blocks; 16, 32, 32 channels). uint8 images are "
+        "scaled by 1/255.",
+        choices=("convnet_atari", "resnet_impala"),
+    )
+    encoder_conv_mlp_layers: list[int] = flag([512], "model", "Fully connected layers after the conv encoder.")
     nonlinearity: str = flag("elu", "model", "Activation function.", choices=("elu", "relu", "tanh"))
     actor_critic_share_weights: bool = flag(True, "model", "One encoder for actor and critic, or one each.")
-    normalize_input: bool = flag(True, "model", "Normalize observations with running mean/std.")
+    normalize_input: bool = flag(True, "model", "Normalize observations with running mean/std (per element for "
+                                 "vectors; one scalar mean/std for float images; never for uint8 images, which are "
+                                 "scaled by 1/255).")
     normalize_returns: bool = flag(True, "model", "Learn values in units normalized by running return stats.")
     continuous_tanh_scale: float = flag(0.0, "model", "If > 0, Gaussian means are tanh(x)·scale.")
     initial_log_std: float = flag(0.0, "model", "Initial log std of Gaussian actions.")
@@ -165,8 +179,9 @@ class Config:
                 f"{self.dataset_size()} samples must be divisible by --rollout={self.rollout} "
                 f"(the learner trains on whole trajectories)"
             )
-        if any(size < 1 for size in self.encoder_mlp_layers):
-            raise ConfigError(f"--encoder_mlp_layers must be positive sizes, got {self.encoder_mlp_layers}")
+        for name in ("encoder_mlp_layers", "encoder_conv_mlp_layers"):
+            if any(size < 1 for size in getattr(self, name)):
+                raise ConfigError(f"--{name} must be positive sizes, got {getattr(self, name)}")
         from algo.algorithms import known_algorithms
 
         if self.algo not in known_algorithms():

@@ -67,7 +67,8 @@ def evaluate(args: argparse.Namespace) -> dict:
 
     registry = registry_snapshot()
     render_mode = "rgb_array" if args.save_video else None
-    env = registry.make(env_name, cfg, EnvContext(worker_index=-1, env_index=0, seed=args.seed, render_mode=render_mode))
+    env = registry.make(env_name, cfg, EnvContext(worker_index=-1, env_index=0, seed=args.seed, render_mode=render_mode,
+                                                 evaluation=True))
     model = ActorCritic(env.observation_space, env.action_space, ModelSpec.from_config(cfg)).to(args.device)
     model.load_state_dict(state["model"])
     model.eval()

@@ -99,8 +99,9 @@ class Learner(Component):
         self.beat("training on a dataset")
         dataset = self.datasets[index]
         batch = {key: t.to(self.device, non_blocking=True) for key, t in dataset.items()}
-        batch = {key: (t if key == "obs" else t[:-1]) for key, t in batch.items()}  # obs keeps the bootstrap row
-        batch["values_behaviour"] = batch.pop("values")  # "values" is what the graph recomputes
+        # obs and values keep row T (bootstrap observation and its value); the rest is per step
+        batch = {key: (t if key in ("obs", "values") else t[:-1]) for key, t in batch.items()}
+        batch["values_behaviour"] = batch.pop("values")  # the graph's "values" may be recomputed
         lr = self._learning_rate()
         slot = self.models["actor_critic"]
         for group in slot.optimizer.param_groups:

@@ -1,7 +1,9 @@
 """Per-env defaults (RL-Zoo style): applied under the user's flags, never over them.
 
-A preset is keyed by env id; the console says which preset was applied. Values here come from
-tuning runs listed in docs/flags.md (results in docs/results.md).
+A preset is keyed by env id, or by a prefix ending in `*` (`atari_*` matches every `atari_` name); an
+exact id wins over a prefix. The console says which preset was applied. Values here come from
+tuning runs listed in docs/flags.md (results in docs/results.md) or, where marked, from published
+hyperparameters not yet tuned here.
 """
 
 from __future__ import annotations
@@ -41,15 +43,84 @@ _PENDULUM: dict[str, Any] = {
     "train_for_env_steps": 500_000,
 }
 
+# Atari (envs/atari.py), sized for a 2-core CPU. PPO-Atari values (Schulman et al. 2017; CleanRL,
+# Sample Factory's atari_params: lr 2.5e-4, clip 0.1, entropy 0.01, grad norm 0.5, adam eps 1e-5, ReLU
+# Nature CNN) with fewer epochs: on CPU the conv learner, not the emulator, limits throughput.
+_ATARI: dict[str, Any] = {
+    "env_frameskip": 4,
+    "num_workers": 2,
+    "num_envs_per_worker": 8,
+    "worker_num_splits": 2,
+    "rollout": 64,
+    "batch_size": 512,
+    "num_batches_per_epoch": 2,
+    "num_epochs": 2,
+    "learning_rate": 2.5e-4,
+    "lr_schedule": "linear_decay",
+    "adam_eps": 1e-5,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "ppo_clip_ratio": 0.1,
+    "value_loss_coeff": 0.5,
+    "exploration_loss_coeff": 0.01,
+    "max_grad_norm": 0.5,
+    "nonlinearity": "relu",
+    "encoder_conv_architecture": "convnet_atari",
+    "encoder_conv_mlp_layers": [512],
+    "train_for_env_steps": 10_000_000,
+}
+
+# MuJoCo (gymnasium[mujoco], v5 ids), sized for a 2-core CPU. Adapted from RL-Zoo's PPO MuJoCo entries
+# (normalized observations and returns, 10-ish epochs, clip 0.2, no entropy bonus, initial std below 1)
+# and Sample Factory's mujoco_params (tanh MLP, rollout 64, synchronous: policy lag 0 with many
+# epochs), with RL-Zoo's per-env lr/epochs replaced by one set for APPO's larger batches.
+_MUJOCO: dict[str, Any] = {
+    "num_workers": 2,
+    "num_envs_per_worker": 8,
+    "worker_num_splits": 2,
+    "rollout": 64,
+    "batch_size": 1024,
+    "num_batches_per_epoch": 2,
+    "num_epochs": 5,
+    "async_rl": False,
+    "learning_rate": 3e-4,
+    "lr_schedule": "linear_decay",
+    "adam_eps": 1e-5,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "ppo_clip_ratio": 0.2,
+    "value_loss_coeff": 0.5,
+    "exploration_loss_coeff": 0.0,
+    "max_grad_norm": 1.0,
+    "encoder_mlp_layers": [256, 256],
+    "nonlinearity": "tanh",
+    "normalize_input": True,
+    "normalize_returns": True,
+    "initial_log_std": -1.0,
+    "train_for_env_steps": 1_000_000,
+}
+
 PRESETS: dict[str, dict[str, Any]] = {
     "CartPole-v1": _CLASSIC_DISCRETE,
     "Acrobot-v1": _CLASSIC_DISCRETE,
     "Pendulum-v1": _PENDULUM,
+    "HalfCheetah-v5": _MUJOCO,
+    "Hopper-v5": _MUJOCO,
+    "Walker2d-v5": _MUJOCO,
+    "Ant-v5": _MUJOCO,
+    "Humanoid-v5": {**_MUJOCO, "train_for_env_steps": 10_000_000},
+    "atari_*": _ATARI,
+    "ALE/*": _ATARI,
 }
 
 
 def preset_for(env: str) -> tuple[str | None, dict[str, Any]]:
-    """The preset for `env` (name, values), or (None, {})."""
+    """The preset for `env` (name, values), or (None, {}): an exact key first, then the longest
+    matching prefix key (`atari_*`)."""
     if env in PRESETS:
         return env, dict(PRESETS[env])
+    prefixes = [key for key in PRESETS if key.endswith("*") and env.startswith(key[:-1])]
+    if prefixes:
+        key = max(prefixes, key=len)
+        return key, dict(PRESETS[key])
     return None, {}

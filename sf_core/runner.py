@@ -183,15 +183,15 @@ class Runner(Component):
     # ---------------------------------------------------------------- checks
     def _check_stop_conditions(self, now: float) -> None:
         cfg, stats = self.cfg, self.stats
-        if stats.frames >= cfg.train_for_env_steps:
+        if len(stats.returns) >= cfg.stats_window and stats.mean_return() >= cfg.target_mean_return:
+            log.info("reached --target_mean_return=%g", cfg.target_mean_return)
+            stats.target_reached_at = now
+            self.exit_code = EXIT_OK
+        elif stats.frames >= cfg.train_for_env_steps:
             log.info("reached --train_for_env_steps=%d", cfg.train_for_env_steps)
             self.exit_code = EXIT_OK
         elif now - self.launched >= cfg.train_for_seconds:
             log.info("reached --train_for_seconds=%g", cfg.train_for_seconds)
-            self.exit_code = EXIT_OK
-        elif len(stats.returns) >= cfg.stats_window and stats.mean_return() >= cfg.target_mean_return:
-            log.info("reached --target_mean_return=%g", cfg.target_mean_return)
-            stats.target_reached_at = now
             self.exit_code = EXIT_OK
 
     def _check_health(self, now: float) -> None:

@@ -115,10 +115,14 @@ class VectorEnvRunner:
         truncated = np.zeros(len(self.envs), dtype=bool)
         next_obs = self.obs[slot, t + 1]
         for e, env in enumerate(self.envs):
-            obs, reward, term, trunc, _ = self._call(e, env.step, self.to_env_action(actions[e]))
+            obs, reward, term, trunc, info = self._call(e, env.step, self.to_env_action(actions[e]))
             rewards[e] = reward
             if term or trunc:
-                self.finished_episodes.append((float(self.episode_return[e] + reward), int(self.episode_length[e]) + 1))
+                if "episode_return" not in info:
+                    self.finished_episodes.append((float(self.episode_return[e] + reward),
+                                                   int(self.episode_length[e]) + 1))
+                elif info["episode_return"] is not None:  # the env's own statistics (Atari: whole games)
+                    self.finished_episodes.append((float(info["episode_return"]), int(info["episode_length"])))
                 self.episode_return[e] = 0.0
                 self.episode_length[e] = 0
                 if trunc and not term:  # the value of this final state bootstraps the cut episode

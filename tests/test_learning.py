@@ -15,7 +15,8 @@ SOLVED = 475.0
 @pytest.mark.timeout(240)
 def test_cartpole_solved_serial_then_enjoy_with_video(tmp_path):
     code, summary = train(tmp_path, "--env=CartPole-v1", "--serial_mode=True", "--seed=1",
-                          f"--target_mean_return={SOLVED}", "--train_for_seconds=150")
+                          f"--target_mean_return={SOLVED}", "--train_for_seconds=150",
+                          "--train_for_env_steps=10000000")
     assert code == 0
     assert summary["time_to_target"] is not None, f"not solved: {summary}"
     assert summary["mean_return"] >= SOLVED
@@ -44,7 +45,8 @@ def test_cartpole_solved_serial_then_enjoy_with_video(tmp_path):
 @pytest.mark.timeout(180)
 def test_cartpole_solved_async(tmp_path):
     code, summary = train(tmp_path, "--env=CartPole-v1", "--num_workers=2", "--seed=2",
-                          f"--target_mean_return={SOLVED}", "--train_for_seconds=150")
+                          f"--target_mean_return={SOLVED}", "--train_for_seconds=150",
+                          "--train_for_env_steps=10000000")
     assert code == 0
     assert summary["time_to_target"] is not None, f"not solved: {summary}"
     assert summary["mean_return"] >= SOLVED
@@ -149,6 +151,7 @@ def test_truncation_bootstraps_from_final_value(tmp_path):
 @pytest.mark.parametrize("algo", ["PPO", "REINFORCE"])
 def test_other_algorithms_solve_cartpole(tmp_path, algo):
     code, summary = train(tmp_path, "--env=CartPole-v1", f"--algo={algo}", "--num_workers=2", "--seed=1",
-                          f"--target_mean_return={SOLVED}", "--train_for_seconds=150")
+                          f"--target_mean_return={SOLVED}", "--train_for_seconds=150",
+                          "--train_for_env_steps=10000000")
     assert code == 0
     assert summary["time_to_target"] is not None, f"{algo} did not solve CartPole: {summary}"

@@ -1,0 +1,72 @@
+"""Action heads against torch.distributions, and the normaliser's cached statistics."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch.distributions import Categorical, Normal
+
+from algo.model import ActorCritic, ModelSpec
+from algo.normalization import RunningMeanStd
+
+SPACES = {
+    "discrete": gym.spaces.Discrete(3),
+    "multidiscrete": gym.spaces.MultiDiscrete([2, 4]),
+    "box": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+}
+
+
+def reference(space, params, model):
+    if isinstance(space, gym.spaces.Discrete):
+        return [Categorical(logits=params)]
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return [Categorical(logits=p) for p in torch.split(params, [2, 4], dim=-1)]
+    return [Normal(params, model.action_head.log_std.exp())]
+
+
+@pytest.mark.parametrize("name", SPACES)
+def test_heads_match_torch_distributions(name):
+    torch.manual_seed(0)
+    space = SPACES[name]
+    model = ActorCritic(gym.spaces.Box(-1, 1, (5,), np.float32), space, ModelSpec(encoder_mlp_layers=(16,)))
+    obs = torch.randn(64, 5)
+    params, values = model(obs)
+    assert values.shape == (64,)
+    dist = model.distribution(params)
+    actions = dist.sample()
+    ref = reference(space, params, model)
+    if name == "discrete":
+        assert actions.shape == (64,) and actions.dtype == torch.int64 and actions.max() < 3
+        ref_lp, ref_ent = ref[0].log_prob(actions), ref[0].entropy()
+    elif name == "multidiscrete":
+        assert actions.shape == (64, 2) and (actions[:, 0] < 2).all() and (actions[:, 1] < 4).all()
+        ref_lp = ref[0].log_prob(actions[:, 0]) + ref[1].log_prob(actions[:, 1])
+        ref_ent = ref[0].entropy() + ref[1].entropy()
+    else:
+        assert actions.shape == (64, 2) and actions.dtype == torch.float32
+        ref_lp, ref_ent = ref[0].log_prob(actions).sum(-1), ref[0].entropy().sum(-1)
+    torch.testing.assert_close(dist.log_prob(actions), ref_lp)
+    torch.testing.assert_close(dist.entropy(), ref_ent)
+
+
+def test_categorical_samples_follow_the_probabilities():
+    logits = torch.log(torch.tensor([[0.7, 0.2, 0.1]])).expand(20000, 3)
+    from algo.distributions import CategoricalDist
+
+    torch.manual_seed(1)
+    counts = torch.bincount(CategoricalDist(logits, [3], True).sample(), minlength=3).float() / 20000
+    torch.testing.assert_close(counts, torch.tensor([0.7, 0.2, 0.1]), atol=0.015, rtol=0)
+
+
+def test_normaliser_cache_follows_updates_and_loads():
+    rms = RunningMeanStd((2,))
+    x = torch.tensor([[10.0, -3.0]])
+    before = rms.normalize(x).clone()
+    rms.update(torch.randn(1000, 2) * 4 + torch.tensor([10.0, -3.0]))
+    after = rms.normalize(x)
+    assert not torch.allclose(before, after)
+    assert after.abs().max() < 0.2  # x is now near the mean
+    fresh = RunningMeanStd((2,))
+    fresh.normalize(x)  # fill its cache with the initial statistics
+    fresh.load_state_dict(rms.state_dict())
+    torch.testing.assert_close(fresh.normalize(x), after)
