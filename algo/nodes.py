@@ -41,7 +41,9 @@ def recompute(ctx: Context, x: Inputs) -> Inputs:
     model = ctx.models["actor_critic"].module
     obs, actions = x["obs"], x["actions"]
     T, N = actions.shape[:2]
-    dist_params, values_norm = model(obs.flatten(0, 1))
+    with autocast(ctx, ctx.models["actor_critic"].device):
+        dist_params, values_norm = model(obs.flatten(0, 1))
+    dist_params, values_norm = dist_params.float(), values_norm.float()
     values = model.denormalize_value(values_norm).view(T + 1, N)
     dist = model.distribution(dist_params.view(T + 1, N, -1)[:-1].flatten(0, 1))
     target_log_prob = dist.log_prob(actions.flatten(0, 1)).view(T, N)
@@ -127,10 +129,18 @@ def _minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn, epochs: int) -> dict
     return stats
 
 
+def autocast(ctx: Context, device: str):
+    """bfloat16 autocast for the model call when --mixed_precision; a no-op context otherwise."""
+    device_type = "cuda" if str(device).startswith("cuda") else "cpu"
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=ctx.params.mixed_precision)
+
+
 def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn) -> dict[str, float]:
     p, slot = ctx.params, ctx.models["actor_critic"]
     model = slot.module
-    dist_params, values = model(mb["obs"])
+    with autocast(ctx, slot.device):
+        dist_params, values = model(mb["obs"])
+    dist_params, values = dist_params.float(), values.float()  # losses in float32
     dist = model.distribution(dist_params)
     log_prob = dist.log_prob(mb["actions"])
     entropy = ppo.masked_mean(dist.entropy(), mb["mask"])

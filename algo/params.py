@@ -23,6 +23,7 @@ class LearningParams:
     num_epochs: int = 1
     batch_size: int = 1024
     shuffle_minibatches: bool = True
+    mixed_precision: bool = False
 
     @classmethod
     def from_config(cls, cfg) -> "LearningParams":

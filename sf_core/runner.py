@@ -124,8 +124,9 @@ class Runner(Component):
                 torch.set_num_threads(self.threads_before_fork)
             # after the processes start: the TensorBoard writer runs a thread, which a fork must not copy
             start_frames = self.resumed["frames"] if self.resumed else 0
+            counts = {"env_step": self.cfg.num_workers, "inference": self.cfg.policy_workers_per_policy, "learner": 1}
             self.stats = TrainingStats(self.cfg.stats_window, self.experiment.summary_writer(start_frames),
-                                       self.launched)
+                                       self.launched, counts)
             if self.resumed:
                 self.stats.restore(self.resumed)
             self.last_summary = self.last_console = self.last_save = time.time()

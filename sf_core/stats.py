@@ -12,7 +12,8 @@ log = logging.getLogger("sf_core")
 
 
 class TrainingStats:
-    def __init__(self, window: int, writer=None, started: float | None = None):
+    def __init__(self, window: int, writer=None, started: float | None = None,
+                 component_counts: dict[str, int] | None = None):
         self.started = started or time.time()
         self.frames = 0
         self.samples_trained = 0
@@ -30,6 +31,10 @@ class TrainingStats:
         self.env_faults = 0
         self.checkpoints_saved = 0
         self.previous_seconds = 0.0  # training time of earlier sessions of a resumed experiment
+        # how many components share each kind of work, to turn busy seconds into a busy fraction
+        self.component_counts = component_counts or {"env_step": 1, "inference": 1, "learner": 1}
+        self.busy_snapshot = (time.time(), dict(self.seconds))
+        self.summary_snapshot = self.busy_snapshot
         self.writer = writer
 
     # ---- ingest
@@ -110,6 +115,11 @@ class TrainingStats:
         w.add_scalar("perf/samples_trained", self.samples_trained, step)
         for name, seconds in self.seconds.items():
             w.add_scalar(f"perf/{name}_seconds_total", seconds, step)
+        for name, seconds in self.seconds.items():  # busy fraction per component since the last summary
+            then, before = self.summary_snapshot
+            w.add_scalar(f"perf/{name}_busy", (seconds - before[name]) /
+                         (max(time.time() - then, 1e-6) * self.component_counts[name]), step)
+        self.summary_snapshot = (time.time(), dict(self.seconds))
         if self.returns:
             w.add_scalar("episode/return", self.mean_return(), step)
             w.add_scalar("episode/length", float(np.mean(self.lengths)), step)
@@ -122,9 +132,27 @@ class TrainingStats:
             w.add_scalar(f"train/{key}", value, step)
         w.flush()
 
+    def busy_fractions(self) -> dict[str, float]:
+        """Share of wall time each kind of component spent working since the last call."""
+        now, (then, before) = time.time(), self.busy_snapshot
+        self.busy_snapshot = (now, dict(self.seconds))
+        wall = max(now - then, 1e-6)
+        return {kind: (self.seconds[kind] - before[kind]) / (wall * self.component_counts[kind])
+                for kind in self.seconds}
+
+    def bottleneck_hint(self) -> str:
+        busy = self.busy_fractions()
+        kind = max(busy, key=busy.get)
+        names = {"env_step": "env stepping", "inference": "inference", "learner": "learner"}
+        shares = ", ".join(f"{names[k]} {v:.0%}" for k, v in busy.items())
+        if busy[kind] < 0.5:
+            return f"busy: {shares} (no component saturated: more envs per worker may help)"
+        return f"busy: {shares} -> bottleneck: {names[kind]}"
+
     def console_line(self) -> str:
         lag = self.learner.get("policy_lag_mean", float("nan"))
         ret = f"{self.mean_return():.1f}" if self.returns else "n/a"
         return (f"[{self.elapsed():6.1f}s] frames {self.frames:,} | fps {self.fps():,.0f} | "
                 f"return {ret} (last {len(self.returns)} of {self.num_episodes} episodes) | "
-                f"policy v{self.policy_version} lag {lag:.1f} | trained {self.samples_trained:,}")
+                f"policy v{self.policy_version} lag {lag:.1f} | trained {self.samples_trained:,} | "
+                f"{self.bottleneck_hint()}")
