@@ -18,7 +18,9 @@ setup(
     extras_require={
         "video": ["imageio>=2.30", "imageio-ffmpeg>=0.4.9", "gymnasium[classic-control]>=1.0"],
         "plot": ["matplotlib>=3.7"],
+        "atari": ["ale-py>=0.10"],  # ships the ROMs; envs/atari.py needs no OpenCV
+        "mujoco": ["gymnasium[mujoco]>=1.0"],
         "dev": ["pytest>=7", "pytest-timeout>=2", "psutil>=5", "imageio>=2.30", "imageio-ffmpeg>=0.4.9",
-                "gymnasium[classic-control]>=1.0", "matplotlib>=3.7"],
+                "gymnasium[classic-control]>=1.0", "matplotlib>=3.7", "ale-py>=0.10", "gymnasium[mujoco]>=1.0"],
     },
 )

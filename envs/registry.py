@@ -1,8 +1,12 @@
 """Which function builds an env for a given name.
 
-Users call `register_env(name, factory)`. Worker processes do not inherit module globals under the
-`spawn` start method, so the runner takes a snapshot of the registry (`registry_snapshot`) and ships
-it to every component; workers build envs from that snapshot, never from the global.
+Users call `register_env(name, factory)`. Names nobody registered go to an integration: `atari_*` names
+and `ALE/...` ids to envs/atari.py (ale-py), the MuJoCo v5 locomotion ids to envs/mujoco.py
+(`gymnasium.make`, with a tracking camera when rendering), anything else to `gymnasium.make`.
+
+Worker processes do not inherit module globals under the `spawn` start method, so the runner takes a
+snapshot of the registry (`registry_snapshot`) and ships it to every component; workers build envs
+from that snapshot, never from the global.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from typing import Any, Callable
 
 import gymnasium as gym
 
+from envs.mujoco import is_mujoco_name, make_mujoco_env
+
 
 @dataclass(frozen=True)
 class EnvContext:
@@ -22,6 +28,9 @@ class EnvContext:
     env_index: int  # global index over all workers
     seed: int | None
     render_mode: str | None = None  # "rgb_array" when evaluation records a video
+    # True in sf_core.enjoy: integrations that shape training (Atari's episodic life and reward
+    # clipping) then play whole episodes with raw rewards
+    evaluation: bool = False
 
 
 EnvFactory = Callable[[str, Any, EnvContext], gym.Env]
@@ -46,9 +55,15 @@ class EnvRegistry:
             if not isinstance(env, gym.Env):
                 raise ValueError(f"factory registered for {name!r} returned {type(env).__name__}, not a gymnasium.Env")
             return env
+        if name.startswith("atari_") or name.startswith("ALE/"):
+            return _make_atari(name, cfg, ctx)
         try:
+            if is_mujoco_name(name):
+                return make_mujoco_env(name, cfg, ctx)
             return gym.make(name, render_mode=ctx.render_mode) if ctx.render_mode else gym.make(name)
         except gym.error.Error as exc:
+            if is_mujoco_name(name) and isinstance(exc, gym.error.DependencyNotInstalled):
+                raise EnvNotFoundError(f"env {name!r} needs MuJoCo ({exc}): pip install -e '.[mujoco]'") from None
             known = ", ".join(sorted(self.factories)) or "none"
             raise EnvNotFoundError(
                 f"unknown env {name!r}: not registered with sf_core.register_env (registered: {known}) "
@@ -65,6 +80,22 @@ class EnvRegistry:
                     f"the factory registered for env {name!r} cannot be sent to worker processes ({exc}); "
                     f"define it as a module-level function (not a lambda or closure)"
                 ) from None
+
+
+def _make_atari(name: str, cfg: Any, ctx: EnvContext) -> gym.Env:
+    """`atari_*` names and `ALE/...` ids: the Atari integration (envs/atari.py, needs ale-py)."""
+    try:
+        import ale_py  # noqa: F401
+    except ImportError as exc:
+        raise EnvNotFoundError(
+            f"env {name!r} is an Atari game, which needs ale-py ({exc}): pip install -e '.[atari]'"
+        ) from None
+    from envs.atari import make_atari_env
+
+    try:
+        return make_atari_env(name, cfg, ctx)
+    except ValueError as exc:
+        raise EnvNotFoundError(str(exc)) from None
 
 
 _REGISTRY = EnvRegistry()
