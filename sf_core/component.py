@@ -137,7 +137,7 @@ class ComponentProcess(EventLoopProcess):
 
     def _target(self) -> None:
         configure_process(self.torch_threads)
-        watchdog = ParentWatchdog(self.event_loop, f"{self.name}_parent_watchdog")
+        ParentWatchdog(self.event_loop, f"{self.name}_parent_watchdog")  # the loop keeps it (loop.objects)
         threads = [threading.Thread(target=run_loop, args=(loop, comp), name=comp.name, daemon=True)
                    for loop, comp in self.threads]
         for t in threads:

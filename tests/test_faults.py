@@ -1,17 +1,14 @@
 """Bad input and failures end with one clear message, a non-zero exit and no process left behind."""
 
-import os
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 
 import psutil
 import pytest
 
-from tests.conftest import REPO, run_cli
-from tests.helpers import train
+from tests.conftest import run_cli
+from tests.helpers import start_trainer, train
 
 
 @pytest.mark.timeout(60)
@@ -125,10 +122,7 @@ def test_nan_reward_is_named_not_trained_on(tmp_path):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_stops_every_process(tmp_path, sig, code):
-    env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.Popen([sys.executable, "-m", "sf_core.train", "--env=CartPole-v1", "--num_workers=2",
-                             f"--train_dir={tmp_path}", "--train_for_seconds=120"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+    proc = start_trainer(["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--train_for_seconds=120"])
     try:
         deadline = time.time() + 30
         children = []
@@ -153,10 +147,7 @@ def test_interrupt_stops_every_process(tmp_path, sig, code):
 
 @pytest.mark.timeout(60)
 def test_killed_worker_process_is_reported(tmp_path):
-    env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.Popen([sys.executable, "-m", "sf_core.train", "--env=CartPole-v1", "--num_workers=2",
-                             f"--train_dir={tmp_path}", "--train_for_seconds=120"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+    proc = start_trainer(["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--train_for_seconds=120"])
     try:
         deadline = time.time() + 30
         victim = None

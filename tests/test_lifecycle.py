@@ -2,8 +2,6 @@
 
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 
@@ -11,24 +9,8 @@ import psutil
 import pytest
 
 from sf_core import checkpoint
-from tests.conftest import REPO, run_cli
-from tests.helpers import read_summary, train
-
-
-def start_trainer(args, cwd=REPO, script=None):
-    env = dict(os.environ, PYTHONPATH=REPO)
-    cmd = [sys.executable, script] if script else [sys.executable, "-m", "sf_core.train"]
-    return subprocess.Popen(cmd + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            cwd=cwd)
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+from tests.conftest import run_cli
+from tests.helpers import read_summary, start_trainer, train, wait_for
 
 
 def wait_for_training(proc, timeout=45):
