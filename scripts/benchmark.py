@@ -289,7 +289,9 @@ def _raw_env_worker(env_name: str, index: int, warmup: float, seconds: float, re
     results.put((index, counted, window, steps))
 
 
-def run_raw_env(env_name: str, processes: int, warmup: float, seconds: float) -> dict:
+def run_raw_env(env_name: str, processes: int, warmup: float, seconds: float, frames_per_step: int = 1) -> dict:
+    """Env frames/s of `processes` processes stepping at once; a step is `frames_per_step` frames
+    (--env_frameskip, e.g. 4 for Atari), the unit the trainer counts in."""
     ctx = multiprocessing.get_context("spawn")
     ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [ctx.Process(target=_raw_env_worker, args=(env_name, i, warmup, seconds, ready, go, results),
@@ -323,7 +325,7 @@ def run_raw_env(env_name: str, processes: int, warmup: float, seconds: float) ->
             for q in (ready, results):
                 q.cancel_join_thread()
                 q.close()
-    per_process = [counted / window if window > 0 else 0.0 for _, counted, window, _ in sorted(got)]
+    per_process = [frames_per_step * counted / window if window > 0 else 0.0 for _, counted, window, _ in sorted(got)]
     return {
         "status": "ok", "processes": processes, "fps": sum(per_process),
         "fps_per_process": [round(f, 1) for f in per_process],
@@ -1004,9 +1006,10 @@ def main(argv: list[str] | None = None) -> int:
         if "raw" in phases_wanted:
             raw_desc = (f"{sys.executable} (in-process, multiprocessing spawn): step {args.env!r} with random "
                         f"actions for {raw_warmup:g}+{args.seconds:g}s")
-            phase("raw_env_1proc", lambda: run_raw_env(args.env, 1, raw_warmup, args.seconds),
+            skip = cfg.env_frameskip
+            phase("raw_env_1proc", lambda: run_raw_env(args.env, 1, raw_warmup, args.seconds, skip),
                   f"[raw_env_1proc] {raw_desc}, 1 process")
-            phase("raw_env_per_core", lambda: run_raw_env(args.env, raw_processes, raw_warmup, args.seconds),
+            phase("raw_env_per_core", lambda: run_raw_env(args.env, raw_processes, raw_warmup, args.seconds, skip),
                   f"[raw_env_per_core] {raw_desc}, {raw_processes} processes at once")
         if "sampling" in phases_wanted:
             phase("sampling", lambda: run_ours("sampling", args, cfg_argv, extra, work_dir, sampling_only=True))
