@@ -37,6 +37,7 @@ EXIT_OK, EXIT_ERROR, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 130, 143
 CHECK_INTERVAL_SEC = 0.25
 SHUTDOWN_GRACE_SEC = 6.0
 DEATH_REPORT_GRACE_SEC = 1.0
+MAX_WORKER_RESTARTS = 5
 
 
 def resolve_device(requested: str) -> str:
@@ -67,6 +68,7 @@ class Runner(Component):
         self.best_return = float("-inf")
         self.last_checkpoint: str | None = None
         self.stopping = False
+        self.restart_pending = False  # a worker died under --env_fault_policy=restart
         self.threads_before_fork = 0
 
     # ---------------------------------------------------------------- setup
@@ -77,7 +79,7 @@ class Runner(Component):
         finally:
             env.close()
 
-    def _build(self) -> None:
+    def _build(self, resume: bool = False) -> None:
         cfg = self.cfg
         if not cfg.serial_mode:
             self.registry.check_picklable()
@@ -85,7 +87,7 @@ class Runner(Component):
         build_graph(algorithm_builder(cfg.algo)(cfg).nodes, BATCH_KEYS)
         obs_space, action_space = self._probe_spaces()
         resume_from = None
-        if cfg.restart_behavior == "resume":
+        if cfg.restart_behavior == "resume" or resume:
             resume_from = checkpoint.latest_checkpoint(checkpoint.checkpoint_dir(self.experiment.path))
         state = checkpoint.load(resume_from) if resume_from else None
         if state is not None:
@@ -118,19 +120,11 @@ class Runner(Component):
 
         previous = {sig: os_signal.signal(sig, self._on_os_signal) for sig in (os_signal.SIGINT, os_signal.SIGTERM)}
         try:
-            for proc in self.topology.processes:
-                proc.start()
-            if self.threads_before_fork:  # this interpreter may train again, serially, later
-                torch.set_num_threads(self.threads_before_fork)
-            # after the processes start: the TensorBoard writer runs a thread, which a fork must not copy
-            start_frames = self.resumed["frames"] if self.resumed else 0
-            counts = {"env_step": self.cfg.num_workers, "inference": self.cfg.policy_workers_per_policy, "learner": 1}
-            self.stats = TrainingStats(self.cfg.stats_window, self.experiment.summary_writer(start_frames),
-                                       self.launched, counts)
-            if self.resumed:
-                self.stats.restore(self.resumed)
-            self.last_summary = self.last_console = self.last_save = time.time()
+            self._start_components()
             self.loop.exec()
+            while self.restart_pending:
+                self._restart_components()
+                self.loop.exec()
         except ComponentError as exc:  # serial mode: a slot raised on this loop
             self._fail(exc.component, exc.details)
             self._save_after_serial_failure()
@@ -142,6 +136,34 @@ class Runner(Component):
         if self.error:
             log.error("%s", self.error)
         return self.exit_code if self.exit_code is not None else EXIT_OK
+
+    def _start_components(self) -> None:
+        for proc in self.topology.processes:
+            proc.start()
+        if self.threads_before_fork:  # this interpreter may train again, serially, later
+            torch.set_num_threads(self.threads_before_fork)
+        if self.stats is None:
+            # after the processes start: the TensorBoard writer runs a thread, which a fork must not copy
+            start_frames = self.resumed["frames"] if self.resumed else 0
+            counts = {"env_step": self.cfg.num_workers, "inference": self.cfg.policy_workers_per_policy, "learner": 1}
+            self.stats = TrainingStats(self.cfg.stats_window, self.experiment.summary_writer(start_frames),
+                                       self.launched, counts)
+            if self.resumed:
+                self.stats.restore(self.resumed)
+        self.last_summary = self.last_console = self.last_save = time.time()
+
+    def _restart_components(self) -> None:
+        """After a rollout worker process died under --env_fault_policy=restart: every component
+        restarts from the checkpoint the shutdown just saved, the same path as a resume after a crash
+        (slot ownership stays simple: nothing of the old processes is reused). Stats carry on."""
+        self._stop_processes()
+        self._close_processes()
+        for table in (self.send_signals_to, self.receiver_queues, self.receiver_refcount):
+            table.clear()  # connections to the old components
+        self.restart_pending = self.stopping = self.loop.should_terminate = False
+        self.dead_since.clear()
+        self._build(resume=True)
+        self._start_components()
 
     def _on_os_signal(self, signum, _frame) -> None:
         if self.exit_code is None:
@@ -176,6 +198,8 @@ class Runner(Component):
             self._request_checkpoint()
             self.last_save = now
         self._check_health(now)
+        if self.stopping:
+            return
         if self.exit_code is None:
             self._check_stop_conditions(now)
         if self.exit_code is not None:
@@ -204,13 +228,29 @@ class Runner(Component):
             # a crashing component reports its error just before exiting: give that report a moment
             first_seen = self.dead_since.setdefault(proc.name, now)
             if now - first_seen > DEATH_REPORT_GRACE_SEC:
-                self._fail(proc.name, f"process {proc.name} (pid {proc.pid}) died with exit code {proc.exitcode}")
+                message = f"process {proc.name} (pid {proc.pid}) died with exit code {proc.exitcode}"
+                if self._may_restart_after(proc):
+                    self.stats.worker_restarts += 1
+                    log.warning("%s; --env_fault_policy=restart: restarting every component from a fresh "
+                                "checkpoint (restart %d of at most %d)", message, self.stats.worker_restarts,
+                                MAX_WORKER_RESTARTS)
+                    self.restart_pending = True
+                    self._shutdown()  # saves a checkpoint, stops the rest, ends this loop's exec
+                else:
+                    self._fail(proc.name, message)
                 return
         if self.topology.heartbeats is not None:
             for name, silent, activity in self.topology.heartbeats.stalled(self.cfg.heartbeat_timeout, now):
                 self._fail(name, f"no heartbeat for {silent:.0f}s (--heartbeat_timeout={self.cfg.heartbeat_timeout:g}); "
                                  f"its last activity: {activity}")
                 return
+
+    def _may_restart_after(self, dead) -> bool:
+        """Only a rollout worker's death is survivable, and only while the learner can still save."""
+        learner = self.topology.host.get("learner")
+        return (self.cfg.env_fault_policy == "restart" and self.exit_code is None
+                and dead.name.startswith("rollout_worker_") and learner is not None and learner.is_alive()
+                and self.stats.worker_restarts < MAX_WORKER_RESTARTS)
 
     def _fail(self, component: str, details: str) -> None:
         if self.error is None:
@@ -244,10 +284,13 @@ class Runner(Component):
 
     def _forget_dead_components(self) -> None:
         """Never emit into the queue of a dead process: it may have died holding the queue's lock."""
+        # (signal-slot's disconnect() refuses objects of another process once started: edit our own
+        # routing tables instead, which is all an emit consults)
         for component in self.topology.dead_components():
-            for signal_name, slot in (("stop", component.stop), ("save_checkpoint", getattr(component, "save_checkpoint", None))):
-                if slot is not None and component.object_id in self.send_signals_to.get(signal_name, ()):
-                    self.disconnect(signal_name, slot)
+            for receivers in self.send_signals_to.values():
+                receivers.discard(component.object_id)
+            self.receiver_queues.pop(component.object_id, None)
+            self.receiver_refcount.pop(component.object_id, None)
 
     def _save_after_serial_failure(self) -> None:
         """Serial mode: the loop died with the failing slot; run it once more to save and stop."""
@@ -283,6 +326,9 @@ class Runner(Component):
         self.experiment.write_summary(summary)
         if self.last_checkpoint:
             log.info("last checkpoint: %s", self.last_checkpoint)
+        self._close_processes()
+
+    def _close_processes(self) -> None:
         for proc in self.topology.processes:
             try:
                 proc.close()

@@ -29,6 +29,7 @@ class TrainingStats:
         self.first_frame_at: float | None = None
         self.target_reached_at: float | None = None
         self.env_faults = 0
+        self.worker_restarts = 0  # rollout worker processes that died and were restarted
         self.checkpoints_saved = 0
         self.previous_seconds = 0.0  # training time of earlier sessions of a resumed experiment
         # how many components share each kind of work, to turn busy seconds into a busy fraction
@@ -64,7 +65,8 @@ class TrainingStats:
     def checkpoint_state(self, best_mean_return: float) -> dict:
         return {"frames": self.frames, "samples_trained": self.samples_trained, "episodes": self.num_episodes,
                 "policy_version": self.policy_version,
-                "env_faults": self.env_faults, "training_seconds": self.previous_seconds + self.elapsed(),
+                "env_faults": self.env_faults, "worker_restarts": self.worker_restarts,
+                "training_seconds": self.previous_seconds + self.elapsed(),
                 "mean_return": self.mean_return() if self.returns else None,
                 "best_mean_return": float(best_mean_return), "recent_returns": [float(r) for r in self.returns],
                 "recent_lengths": [int(n) for n in self.lengths]}
@@ -72,6 +74,7 @@ class TrainingStats:
     def restore(self, state: dict) -> None:
         self.frames, self.samples_trained = state["frames"], state["samples_trained"]
         self.num_episodes, self.env_faults = state["episodes"], state["env_faults"]
+        self.worker_restarts = state.get("worker_restarts", 0)
         self.policy_version = state["policy_version"]
         self.previous_seconds = state["training_seconds"]
         self.returns.extend(state["recent_returns"])
@@ -102,6 +105,7 @@ class TrainingStats:
             "time_to_first_frame": self.first_frame_at - self.started if self.first_frame_at else None,
             "time_to_target": self.target_reached_at - self.started if self.target_reached_at else None,
             "component_seconds": dict(self.seconds), "env_faults": self.env_faults,
+            "worker_restarts": self.worker_restarts,
             "checkpoints_saved": self.checkpoints_saved,
             "final_learner_stats": dict(self.learner),
         }
@@ -125,6 +129,7 @@ class TrainingStats:
             w.add_scalar("episode/length", float(np.mean(self.lengths)), step)
             w.add_scalar("episode/count", self.num_episodes, step)
         w.add_scalar("faults/env_restarts", self.env_faults, step)
+        w.add_scalar("faults/worker_restarts", self.worker_restarts, step)
         w.add_scalar("perf/training_hours", (self.previous_seconds + self.elapsed()) / 3600, step)
         for key, value in self.learner.items():
             if key == "policy_lag_mean":
