@@ -56,8 +56,9 @@ class Config:
     reward_scale: float = flag(1.0, "env", "Rewards are multiplied by this before learning.")
     reward_clip: float = flag(1000.0, "env", "Scaled rewards are clipped to [-reward_clip, reward_clip].")
     env_fault_policy: str = flag(
-        "stop", "env", "When an env raises: stop training (with a checkpoint), or restart that split's envs "
-        "and carry on (the half-finished trajectory is discarded; faults are counted in TensorBoard).",
+        "stop", "env", "When an env raises or a rollout worker process dies: stop training (with a checkpoint), "
+        "or restart and carry on: new envs for that split (its half-finished trajectory is discarded), or, for a "
+        "dead process, every component restarted from a fresh checkpoint. Both are counted in TensorBoard.",
         choices=("stop", "restart"),
     )
 
