@@ -12,8 +12,10 @@ The components themselves are built and connected by `sf_core.wiring`.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import signal as os_signal
+import threading
 import time
 from dataclasses import replace
 
@@ -69,6 +71,8 @@ class Runner(Component):
         self.last_checkpoint: str | None = None
         self.stopping = False
         self.restart_pending = False  # a worker died under --env_fault_policy=restart
+        self.last_check = time.time()  # when check() last ran: the loop watchdog reads it
+        self.loop_done = threading.Event()
         self.threads_before_fork = 0
 
     # ---------------------------------------------------------------- setup
@@ -121,6 +125,8 @@ class Runner(Component):
         previous = {sig: os_signal.signal(sig, self._on_os_signal) for sig in (os_signal.SIGINT, os_signal.SIGTERM)}
         try:
             self._start_components()
+            if not self.cfg.serial_mode:
+                self._start_loop_watchdog()
             self.loop.exec()
             while self.restart_pending:
                 self._restart_components()
@@ -129,6 +135,7 @@ class Runner(Component):
             self._fail(exc.component, exc.details)
             self._save_after_serial_failure()
         finally:
+            self.loop_done.set()
             self._stop_processes()
             for sig, handler in previous.items():
                 os_signal.signal(sig, handler)
@@ -136,6 +143,23 @@ class Runner(Component):
         if self.error:
             log.error("%s", self.error)
         return self.exit_code if self.exit_code is not None else EXIT_OK
+
+    def _start_loop_watchdog(self) -> None:
+        """Last line of defence for the runner itself: if its own loop stops turning (a component
+        killed while holding the runner's queue lock would block it inside faster-fifo forever), a
+        thread names the problem, kills the component processes and exits, instead of hanging."""
+        limit = self.cfg.heartbeat_timeout + 30.0
+
+        def watch() -> None:
+            while not self.loop_done.wait(1.0):
+                if time.time() - self.last_check > limit:
+                    log.error("the runner's event loop has not run for %.0fs: killing all components", limit)
+                    for proc in self.topology.processes:
+                        if proc.pid is not None and proc.is_alive():
+                            os.kill(proc.pid, os_signal.SIGKILL)
+                    os._exit(EXIT_ERROR)
+
+        threading.Thread(target=watch, name="runner_loop_watchdog", daemon=True).start()
 
     def _start_components(self) -> None:
         for proc in self.topology.processes:
@@ -188,6 +212,7 @@ class Runner(Component):
     @guarded
     def check(self) -> None:
         cfg, stats, now = self.cfg, self.stats, time.time()
+        self.last_check = now
         if now - self.last_summary >= cfg.experiment_summaries_interval:
             stats.write_summaries()
             self.last_summary = now
