@@ -106,6 +106,8 @@ def _minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn, epochs: int) -> dict
     mask = x["mask"]
     if model.obs_norm is not None:
         model.obs_norm.update(x["obs"][:-1].flatten(0, 1).float())
+    if not mask.any():  # every sample too stale to train on (--max_policy_lag)
+        return {"skipped_datasets": 1.0}
     if model.returns_norm is not None:
         model.returns_norm.update(x["value_targets"][mask.bool()])
     flat = {
@@ -144,9 +146,11 @@ def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn) -> dict
     dist = model.distribution(dist_params)
     log_prob = dist.log_prob(mb["actions"])
     entropy = ppo.masked_mean(dist.entropy(), mb["mask"])
-    if p.normalize_advantage:
-        mb = dict(mb, advantages=(mb["advantages"] - mb["advantages"].mean())
-                  / (mb["advantages"].std(unbiased=False) + 1e-8))
+    if p.normalize_advantage:  # statistics of the samples actually trained on (mask)
+        adv, m = mb["advantages"], mb["mask"]
+        mean = ppo.masked_mean(adv, m)
+        std = ppo.masked_mean((adv - mean).pow(2), m).sqrt()
+        mb = dict(mb, advantages=(adv - mean) / (std + 1e-8))
 
     policy_loss = policy_loss_fn(ctx, log_prob, mb)
     value_loss = ppo.value_loss(values, mb["old_values"], mb["targets"], p.ppo_clip_value, mb["mask"])

@@ -30,6 +30,8 @@ class RunningMeanStd(nn.Module):
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
         x = x.reshape(-1, *self.mean.shape).double()
+        if x.shape[0] == 0:  # e.g. every sample of a dataset masked out for policy lag
+            return
         batch_mean, batch_var, n = x.mean(0), x.var(0, unbiased=False), x.shape[0]
         delta, total = batch_mean - self.mean, self.count + n
         self.mean += delta * n / total

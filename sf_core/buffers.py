@@ -37,7 +37,14 @@ class BufferLayout:
         # Async: room for one whole dataset plus one more round, so sampling goes on while the learner
         # trains. Sync: just enough for one dataset, so workers wait for the new weights (policy lag 0
         # when the dataset is a whole number of rounds, at most 1 otherwise).
-        sets = math.ceil(dataset_trajectories / trajectories_per_round) + (1 if cfg.async_rl else 0)
+        if cfg.async_rl:
+            sets = math.ceil(dataset_trajectories / trajectories_per_round) + 1
+        else:
+            # a slot is freed only once all its trajectories are copied, so a dataset that splits a
+            # slot leaves up to envs_per_split - 1 of them waiting: room for those too, or it deadlocks
+            E = cfg.envs_per_split()
+            partial = E - 1 if dataset_trajectories % E else 0
+            sets = math.ceil((dataset_trajectories + partial) / trajectories_per_round)
         return cls(cfg.num_workers, cfg.worker_num_splits, cfg.envs_per_split(), cfg.rollout, sets)
 
     @property
@@ -106,6 +113,8 @@ class SharedWeights:
     def __init__(self, model: nn.Module, lock):
         self.tensors = {name: t.detach().clone().share_memory_() for name, t in model.state_dict().items()}
         self.version = _shared((1,), torch.int64)
+        # set by the runner when it stops: the learner skips queued datasets and saves right away
+        self.stop_requested = _shared((1,), torch.int64)
         self.lock = lock
 
     def publish(self, model: nn.Module, version: int) -> None:

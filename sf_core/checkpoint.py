@@ -68,12 +68,25 @@ def _atomic_save(state: dict, path: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(path))
 
 
 def _atomic_copy(src: str, dst: str) -> None:
     tmp = f"{dst}.tmp"
     shutil.copyfile(src, tmp)
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
     os.replace(tmp, dst)
+    _fsync_dir(os.path.dirname(dst))
+
+
+def _fsync_dir(directory: str) -> None:
+    """Make a rename durable: the directory entry itself must reach the disk."""
+    fd = os.open(directory or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def frames_of(path: str) -> int:

@@ -121,8 +121,18 @@ def configure_process(torch_threads: int) -> None:
 
 
 def quiet_signal_slot_logs() -> None:
-    # the library logs slot exceptions itself; ours reach the runner with the component's name
-    logging.getLogger("signal_slot").setLevel(logging.CRITICAL)
+    """The library logs slot exceptions itself; ours reach the runner with the component's name, so
+    those are dropped. Everything else it logs at ERROR (a full queue dropping a signal) stays."""
+    logger = logging.getLogger("signal_slot")
+    logger.setLevel(logging.ERROR)
+    if not any(isinstance(f, _SlotExceptionFilter) for f in logger.filters):
+        logger.addFilter(_SlotExceptionFilter())
+
+
+class _SlotExceptionFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return "nhandled exception" not in message
 
 
 class ComponentProcess(EventLoopProcess):

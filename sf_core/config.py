@@ -167,6 +167,8 @@ class Config:
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
                 raise ConfigError(f"--{name} must be a positive number, got {value}")
+        if self.max_policy_lag < 0:
+            raise ConfigError(f"--max_policy_lag must be at least 0, got {self.max_policy_lag}")
         if self.train_for_env_steps < 1:
             raise ConfigError(f"--train_for_env_steps must be at least 1, got {self.train_for_env_steps}")
         for name in ("gamma", "gae_lambda"):

@@ -38,6 +38,8 @@ class Experiment:
         tmp = os.path.join(self.path, f"{name}.tmp")
         with open(tmp, "w") as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, os.path.join(self.path, name))
 
     def summary_writer(self, start_frames: int = 0):

@@ -92,7 +92,9 @@ class Learner(Component):
 
     @guarded
     def batch_ready(self, index: int) -> None:
-        if self.cfg.sampling_only:  # benchmarking the sampler: hand the data straight back
+        if self.cfg.sampling_only or self.weights.stop_requested.numpy()[0]:
+            # benchmarking the sampler, or stopping: hand the data straight back (a stop must not
+            # wait behind queued datasets before the final checkpoint)
             self.emit("batch_consumed", index)
             return
         started = time.perf_counter()

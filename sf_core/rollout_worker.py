@@ -87,20 +87,28 @@ class RolloutWorker(Component):
         self.frames += self.layout.envs_per_split * self.cfg.env_frameskip
         self._request(split, has_truncation)
 
-    def _restart_split(self, split: int, error: EnvStepError) -> None:
-        """--env_fault_policy=restart: new envs, and the half-finished trajectory is written over."""
-        self.env_faults += 1
+    def _restart_split(self, split: int, error: Exception) -> None:
+        """--env_fault_policy=restart: new envs, and the half-finished trajectory is written over.
+        Building or resetting the new envs may fail too: that counts as one more fault in a row."""
         runner = self.runners[split]
-        runner.faults_in_a_row += 1
-        if runner.faults_in_a_row > MAX_FAULTS_IN_A_ROW:
-            raise EnvStepError(f"{error} — and {MAX_FAULTS_IN_A_ROW} restarts in a row did not help") from error
-        log.warning("%s: %s; restarting split %d's envs (fault %d on this worker)", self.name, error, split,
-                    self.env_faults)
-        self.beat("resetting envs")
-        runner.close()
-        self.runners[split] = runner.recreated()
-        self.runners[split].reset(runner.slot)
-        self._request(split, has_truncation=False)
+        while True:
+            self.env_faults += 1
+            runner.faults_in_a_row += 1
+            if runner.faults_in_a_row > MAX_FAULTS_IN_A_ROW:
+                raise EnvStepError(f"{error} — and {MAX_FAULTS_IN_A_ROW} restarts in a row did not help") from error
+            log.warning("%s: %s; restarting split %d's envs (fault %d on this worker)", self.name, error, split,
+                        self.env_faults)
+            self.beat("resetting envs")
+            runner.close()
+            try:
+                fresh = runner.recreated()
+                fresh.reset(runner.slot)
+            except Exception as exc:  # noqa: BLE001 - the env's own failure, retried up to the limit
+                error = exc
+                continue
+            self.runners[split] = fresh
+            self._request(split, has_truncation=False)
+            return
 
     @guarded
     def slots_freed(self, slots: list[int]) -> None:

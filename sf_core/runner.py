@@ -18,6 +18,7 @@ import signal as os_signal
 import threading
 import time
 from dataclasses import replace
+from queue import Empty
 
 import gymnasium as gym
 import torch
@@ -71,6 +72,7 @@ class Runner(Component):
         self.last_checkpoint: str | None = None
         self.stopping = False
         self.restart_pending = False  # a worker died under --env_fault_policy=restart
+        self.saved_at_shutdown = False
         self.last_check = time.time()  # when check() last ran: the loop watchdog reads it
         self.loop_done = threading.Event()
         self.threads_before_fork = 0
@@ -83,8 +85,8 @@ class Runner(Component):
         finally:
             env.close()
 
-    def _build(self, resume: bool = False) -> None:
-        cfg = self.cfg
+    def _build(self, resume: bool = False, start_method: str | None = None) -> None:
+        cfg = self.cfg if start_method is None else replace(self.cfg, mp_start_method=start_method)
         if not cfg.serial_mode:
             self.registry.check_picklable()
         # the algorithm's graph is checked here, so a broken one fails before any process starts
@@ -128,8 +130,7 @@ class Runner(Component):
             if not self.cfg.serial_mode:
                 self._start_loop_watchdog()
             self.loop.exec()
-            while self.restart_pending:
-                self._restart_components()
+            while self.restart_pending and self._restart_components():
                 self.loop.exec()
         except ComponentError as exc:  # serial mode: a slot raised on this loop
             self._fail(exc.component, exc.details)
@@ -176,18 +177,32 @@ class Runner(Component):
                 self.stats.restore(self.resumed)
         self.last_summary = self.last_console = self.last_save = time.time()
 
-    def _restart_components(self) -> None:
+    def _restart_components(self) -> bool:
         """After a rollout worker process died under --env_fault_policy=restart: every component
         restarts from the checkpoint the shutdown just saved, the same path as a resume after a crash
         (slot ownership stays simple: nothing of the old processes is reused). Stats carry on."""
         self._stop_processes()
         self._close_processes()
+        self.restart_pending = False
+        if not self.saved_at_shutdown:  # restarting from an older checkpoint would silently roll back
+            self._fail("runner", "a rollout worker died and --env_fault_policy=restart could not restart: the "
+                                 "learner did not save a checkpoint on the way down")
+            return False
         for table in (self.send_signals_to, self.receiver_queues, self.receiver_refcount):
             table.clear()  # connections to the old components
-        self.restart_pending = self.stopping = self.loop.should_terminate = False
+        self._drain_own_queue()  # reports or errors the old components sent while stopping
+        self.stopping = self.loop.should_terminate = False
         self.dead_since.clear()
-        self._build(resume=True)
+        self._build(resume=True, start_method="spawn")  # this process now runs threads: do not fork it
         self._start_components()
+        return True
+
+    def _drain_own_queue(self) -> None:
+        while True:
+            try:
+                self.loop.signal_queue.get_many(block=False)
+            except Empty:
+                return
 
     def _on_os_signal(self, signum, _frame) -> None:
         if self.exit_code is None:
@@ -207,6 +222,7 @@ class Runner(Component):
     @guarded
     def on_checkpoint_saved(self, path: str) -> None:
         self.last_checkpoint = path
+        self.saved_at_shutdown = self.stopping
         self.stats.checkpoints_saved += 1
 
     @guarded
@@ -300,7 +316,10 @@ class Runner(Component):
         if self.stopping:
             return
         self.stopping = True
+        self.saved_at_shutdown = False
         log.info(self.stats.console_line())
+        if self.topology.weights is not None:
+            self.topology.weights.stop_requested[0] = 1
         self._forget_dead_components()
         self._request_checkpoint()  # queued before stop: the learner saves, then stops
         self.emit("stop")

@@ -36,6 +36,7 @@ class Topology:
     processes: list[ComponentProcess] = field(default_factory=list)
     heartbeats: Heartbeats | None = None
     learner: Learner | None = None
+    weights: SharedWeights | None = None
     host: dict[str, ComponentProcess] = field(default_factory=dict)  # component name -> its process (async)
 
     def dead_components(self) -> list[Component]:
@@ -106,6 +107,7 @@ def build_components(cfg, runner: Component, registry: EnvRegistry, obs_space: g
         topology.host["batcher"] = proc
 
     topology.components = [*inference, *workers, learner, batcher]
+    topology.weights = weights
     topology.learner = learner
     _connect(runner, topology.components, workers, inference, learner, batcher)
     return topology

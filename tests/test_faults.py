@@ -185,3 +185,25 @@ def test_two_trainings_in_one_interpreter_are_independent(tmp_path):
     assert second["frames"] < first["frames"]
     assert first["mean_return"] > 2 * second["mean_return"], (first["mean_return"], second["mean_return"])
     assert "FirstRunOnly-v0" in registry_snapshot().factories  # user registrations persist, by design
+
+
+@pytest.mark.timeout(60)
+def test_sync_mode_with_a_dataset_that_splits_a_slot_keeps_training(tmp_path):
+    """15 trajectories per dataset from slots of 8: one slot is always half-copied. Sync mode must
+    still have room for a whole dataset, or workers and batcher wait on each other forever."""
+    code, summary = train(tmp_path, "--env=CartPole-v1", "--serial_mode=True", "--async_rl=False",
+                          "--num_workers=1", "--num_envs_per_worker=16", "--worker_num_splits=2", "--rollout=32",
+                          "--batch_size=480", "--num_batches_per_epoch=1", "--train_for_seconds=6")
+    assert code == 0
+    assert summary["policy_version"] >= 10, summary
+    assert summary["final_learner_stats"]["policy_lag_max"] <= 1  # leftovers of a split slot: one version
+
+
+@pytest.mark.timeout(60)
+def test_all_samples_too_stale_is_not_a_nan(tmp_path):
+    """--max_policy_lag=0 in async mode masks whole datasets; that must skip them, not poison the
+    return normaliser with NaN."""
+    code, summary = train(tmp_path, "--env=CartPole-v1", "--num_workers=2", "--max_policy_lag=0",
+                          "--train_for_env_steps=60000")
+    assert code == 0, summary.get("error")
+    assert summary["policy_version"] > 3
