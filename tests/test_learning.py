@@ -12,14 +12,19 @@ from tests.helpers import read_summary, train
 SOLVED = 475.0
 
 
+def solve_cartpole(tmp_path, *flags: str) -> dict:
+    """Train CartPole until the 100-episode mean reaches 475 (150 s budget); returns the summary."""
+    code, summary = train(tmp_path, "--env=CartPole-v1", f"--target_mean_return={SOLVED}",
+                          "--train_for_seconds=150", "--train_for_env_steps=10000000", *flags)
+    assert code == 0, summary.get("error")
+    assert summary["time_to_target"] is not None, f"not solved with {flags}: {summary}"
+    assert summary["mean_return"] >= SOLVED
+    return summary
+
+
 @pytest.mark.timeout(240)
 def test_cartpole_solved_serial_then_enjoy_with_video(tmp_path):
-    code, summary = train(tmp_path, "--env=CartPole-v1", "--serial_mode=True", "--seed=1",
-                          f"--target_mean_return={SOLVED}", "--train_for_seconds=150",
-                          "--train_for_env_steps=10000000")
-    assert code == 0
-    assert summary["time_to_target"] is not None, f"not solved: {summary}"
-    assert summary["mean_return"] >= SOLVED
+    summary = solve_cartpole(tmp_path, "--serial_mode=True", "--seed=1")
     assert summary["last_checkpoint"] and os.path.exists(summary["last_checkpoint"])
 
     # the saved policy, evaluated on its own, is as good as training said
@@ -44,12 +49,7 @@ def test_cartpole_solved_serial_then_enjoy_with_video(tmp_path):
 
 @pytest.mark.timeout(180)
 def test_cartpole_solved_async(tmp_path):
-    code, summary = train(tmp_path, "--env=CartPole-v1", "--num_workers=2", "--seed=2",
-                          f"--target_mean_return={SOLVED}", "--train_for_seconds=150",
-                          "--train_for_env_steps=10000000")
-    assert code == 0
-    assert summary["time_to_target"] is not None, f"not solved: {summary}"
-    assert summary["mean_return"] >= SOLVED
+    solve_cartpole(tmp_path, "--num_workers=2", "--seed=2")
 
 
 USER_SCRIPT = textwrap.dedent('''
@@ -150,8 +150,4 @@ def test_truncation_bootstraps_from_final_value(tmp_path):
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("algo", ["PPO", "REINFORCE"])
 def test_other_algorithms_solve_cartpole(tmp_path, algo):
-    code, summary = train(tmp_path, "--env=CartPole-v1", f"--algo={algo}", "--num_workers=2", "--seed=1",
-                          f"--target_mean_return={SOLVED}", "--train_for_seconds=150",
-                          "--train_for_env_steps=10000000")
-    assert code == 0
-    assert summary["time_to_target"] is not None, f"{algo} did not solve CartPole: {summary}"
+    solve_cartpole(tmp_path, f"--algo={algo}", "--num_workers=2", "--seed=1")
