@@ -36,7 +36,7 @@ class BufferLayout:
         dataset_trajectories = cfg.dataset_size() // cfg.rollout
         # Async: room for one whole dataset plus one more round, so sampling goes on while the learner
         # trains. Sync: just enough for one dataset, so workers wait for the new weights (policy lag 0
-        # when the dataset is a whole number of rounds, at most 1 otherwise).
+        # when the dataset is a whole number of rounds; otherwise bounded by the sets per split).
         if cfg.async_rl:
             sets = math.ceil(dataset_trajectories / trajectories_per_round) + 1
         else:
@@ -128,7 +128,7 @@ class SharedWeights:
 
     def load_into(self, model: nn.Module) -> int:
         with self.lock:
-            model.load_state_dict({name: t for name, t in self.tensors.items()}, strict=True)
+            model.load_state_dict(self.tensors, strict=True)
             return int(self.version[0])
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import glob
 import os
 import random
-import re
 import shutil
 
 import numpy as np
@@ -87,11 +86,6 @@ def _fsync_dir(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def frames_of(path: str) -> int:
-    match = re.search(r"_f(\d+)\.pt$", path)
-    return int(match.group(1)) if match else 0
 
 
 def rng_state() -> dict:

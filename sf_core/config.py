@@ -221,7 +221,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _arg_type(f: dataclasses.Field) -> dict[str, Any]:
-    kind = f.type if not isinstance(f.type, str) else f.type
+    kind = f.type  # a string: this module uses `from __future__ import annotations`
     if kind in ("bool", bool):
         return {"type": str2bool, "metavar": "BOOL"}
     if kind in ("int", int):

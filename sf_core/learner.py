@@ -117,8 +117,9 @@ class Learner(Component):
         samples = batch["rewards"].numel()
         self.samples_trained += samples
         stats = {k: v for key, d in outputs.items() if key.endswith("_stats") for k, v in d.items()}
+        # the graph's statistics are nested: a custom *_stats key cannot overwrite version or samples
         self.emit("report", {"source": "learner", "version": self.version, "samples": samples,
-                             "train_seconds": time.perf_counter() - started, "learning_rate": lr, **stats})
+                             "train_seconds": time.perf_counter() - started, "stats": {"learning_rate": lr, **stats}})
 
     @guarded
     def stop(self) -> None:

@@ -302,15 +302,12 @@ class Runner(Component):
             self.exit_code = EXIT_ERROR
 
     # ---------------------------------------------------------------- checkpoints and shutdown
-    def _runner_state(self) -> dict:
-        return self.stats.checkpoint_state(self.best_return)
-
     def _request_checkpoint(self) -> None:
         mean = self.stats.mean_return() if self.stats.returns else float("-inf")
         is_best = len(self.stats.returns) > 0 and mean > self.best_return
         if is_best:
             self.best_return = mean
-        self.emit("save_checkpoint", self._runner_state(), is_best)
+        self.emit("save_checkpoint", self.stats.checkpoint_state(self.best_return), is_best)
 
     def _shutdown(self) -> None:
         if self.stopping:

@@ -59,7 +59,7 @@ class TrainingStats:
             self.samples_trained += report["samples"]
             self.policy_version = report["version"]
             self.seconds["learner"] += report["train_seconds"]
-            self.learner = {k: v for k, v in report.items() if k not in ("source",)}
+            self.learner = report["stats"]
 
     # ---- persistence across a resume
     def checkpoint_state(self, best_mean_return: float) -> dict:

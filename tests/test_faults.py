@@ -196,7 +196,8 @@ def test_sync_mode_with_a_dataset_that_splits_a_slot_keeps_training(tmp_path):
                           "--batch_size=480", "--num_batches_per_epoch=1", "--train_for_seconds=6")
     assert code == 0
     assert summary["policy_version"] >= 10, summary
-    assert summary["final_learner_stats"]["policy_lag_max"] <= 1  # leftovers of a split slot: one version
+    # leftovers of a split slot wait for later datasets: lag bounded by the 2 slots each split owns here
+    assert summary["final_learner_stats"]["policy_lag_max"] <= 2
 
 
 @pytest.mark.timeout(60)

@@ -136,15 +136,22 @@ FAULTY = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.timeout(90)
-def test_restart_policy_keeps_training_and_counts_faults(tmp_path):
+def run_faulty(tmp_path, *args: str, timeout: float = 80):
+    """Run FAULTY's script with these trainer flags; returns (CompletedProcess, seconds, output)."""
     script = tmp_path / "faulty.py"
     script.write_text(FAULTY)
-    result = run_cli(["--env=Raise-v0", "--num_workers=2", "--env_fault_policy=restart", f"--train_dir={tmp_path}",
-                      "--experiment=f", "--train_for_env_steps=40000", "--experiment_summaries_interval=0.5"],
-                     timeout=80, script=str(script), cwd=str(tmp_path))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "simulator lost its licence server" in result.stdout + result.stderr
+    started = time.time()
+    result = run_cli(["--num_workers=2", f"--train_dir={tmp_path}", *args], timeout=timeout, script=str(script),
+                     cwd=str(tmp_path))
+    return result, time.time() - started, result.stdout + result.stderr
+
+
+@pytest.mark.timeout(90)
+def test_restart_policy_keeps_training_and_counts_faults(tmp_path):
+    result, _, output = run_faulty(tmp_path, "--env=Raise-v0", "--env_fault_policy=restart", "--experiment=f",
+                                   "--train_for_env_steps=40000", "--experiment_summaries_interval=0.5")
+    assert result.returncode == 0, output[-3000:]
+    assert "simulator lost its licence server" in output
     summary = read_summary(tmp_path, "f")
     # every env instance faults at its 150th step; 2 workers × 2 splits all restart at least once
     assert summary["env_faults"] >= 4
@@ -158,30 +165,21 @@ def test_restart_policy_keeps_training_and_counts_faults(tmp_path):
 
 @pytest.mark.timeout(90)
 def test_stop_policy_exits_with_env_traceback_and_checkpoint(tmp_path):
-    script = tmp_path / "faulty.py"
-    script.write_text(FAULTY)
-    started = time.time()
-    result = run_cli(["--env=Raise-v0", "--num_workers=2", f"--train_dir={tmp_path}", "--experiment=s",
-                      "--train_for_seconds=60"], timeout=80, script=str(script), cwd=str(tmp_path))
+    result, seconds, output = run_faulty(tmp_path, "--env=Raise-v0", "--experiment=s", "--train_for_seconds=60")
     assert result.returncode == 1
-    assert "simulator lost its licence server" in result.stdout + result.stderr
-    assert time.time() - started < 40
+    assert "simulator lost its licence server" in output
+    assert seconds < 40
     assert checkpoint.list_checkpoints(str(tmp_path / "s" / "checkpoint")), "no checkpoint saved on the way out"
 
 
 @pytest.mark.timeout(90)
 def test_hung_env_is_named_by_heartbeat(tmp_path):
-    script = tmp_path / "faulty.py"
-    script.write_text(FAULTY)
-    started = time.time()
-    result = run_cli(["--env=Hang-v0", "--num_workers=2", f"--train_dir={tmp_path}", "--experiment=h",
-                      "--heartbeat_timeout=3", "--train_for_seconds=60"], timeout=80, script=str(script),
-                     cwd=str(tmp_path))
-    output = result.stdout + result.stderr
+    result, seconds, output = run_faulty(tmp_path, "--env=Hang-v0", "--experiment=h", "--heartbeat_timeout=3",
+                                         "--train_for_seconds=60")
     assert result.returncode == 1, output[-3000:]
     assert "no heartbeat for" in output and "its last activity: stepping envs" in output
     assert "rollout_worker_" in output
-    assert time.time() - started < 45
+    assert seconds < 45
 
 
 @pytest.mark.timeout(120)
