@@ -14,7 +14,9 @@ import os
 import pickle
 import signal as os_signal
 import threading
+import time
 import traceback
+from queue import Full
 from typing import Any, Callable
 
 import faster_fifo
@@ -104,6 +106,40 @@ class Component(EventLoopObject):
     def stop_loop(self) -> None:
         self.beat("stopped")
         self.event_loop.stop()
+
+    def emit_bounded(self, signal_: str, *args: Any, timeout: float = 2.0) -> list[str]:
+        """Emit like `emit`, but give up on any receiver's queue that stays locked past `timeout`.
+
+        A process killed inside a faster-fifo put or get leaves that queue's mutex locked for good
+        (the mutexes are not robust), so an ordinary emit into it blocks forever. Each queue gets its
+        own daemon thread (puts release the GIL); a put still stuck at the deadline is abandoned.
+        Returns the receivers that could not be reached.
+        """
+        by_queue: dict[int, tuple[Any, list[str]]] = {}
+        for receiver in self.send_signals_to.get(signal_, ()):
+            queue = self.receiver_queues[receiver]
+            by_queue.setdefault(id(queue), (queue, []))[1].append(receiver)
+        message = [(self.object_id, signal_, args)]
+        puts = []
+        for queue, receivers in by_queue.values():
+            thread = threading.Thread(target=_put_quietly, args=(queue, message), daemon=True,
+                                      name=f"{self.name}_emit_{signal_}")
+            thread.start()
+            puts.append((thread, receivers))
+        deadline = time.monotonic() + timeout
+        unreachable = []
+        for thread, receivers in puts:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                unreachable += receivers
+        return unreachable
+
+
+def _put_quietly(queue: Any, message: list) -> None:
+    try:
+        queue.put_many(message, block=False)
+    except Full:
+        logging.getLogger(__name__).warning("a signal queue is full: dropped %s", message[0][1])
 
 
 def configure_process(torch_threads: int) -> None:

@@ -40,6 +40,7 @@ EXIT_OK, EXIT_ERROR, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 130, 143
 CHECK_INTERVAL_SEC = 0.25
 SHUTDOWN_GRACE_SEC = 6.0
 DEATH_REPORT_GRACE_SEC = 1.0
+EMIT_TIMEOUT_SEC = 2.0
 MAX_WORKER_RESTARTS = 5
 
 
@@ -307,7 +308,7 @@ class Runner(Component):
         is_best = len(self.stats.returns) > 0 and mean > self.best_return
         if is_best:
             self.best_return = mean
-        self.emit("save_checkpoint", self.stats.checkpoint_state(self.best_return), is_best)
+        self._emit("save_checkpoint", self.stats.checkpoint_state(self.best_return), is_best)
 
     def _shutdown(self) -> None:
         if self.stopping:
@@ -319,9 +320,20 @@ class Runner(Component):
             self.topology.weights.stop_requested[0] = 1
         self._forget_dead_components()
         self._request_checkpoint()  # queued before stop: the learner saves, then stops
-        self.emit("stop")
+        self._emit("stop")
         self._stop_processes()
         self.loop.stop()
+
+    def _emit(self, signal_: str, *args) -> None:
+        """The runner's emits must not hang: a component killed mid-put leaves a queue locked for good
+        (see Component.emit_bounded); a receiver behind it is killed by _stop_processes instead."""
+        if self.cfg.serial_mode:  # one process: nothing can die holding a lock
+            self.emit(signal_, *args)
+            return
+        unreachable = self.emit_bounded(signal_, *args, timeout=EMIT_TIMEOUT_SEC)
+        if unreachable:
+            log.warning("could not deliver '%s' to %s: a dead process left its queue locked",
+                        signal_, ", ".join(sorted(unreachable)))
 
     def _forget_dead_components(self) -> None:
         """Never emit into the queue of a dead process: it may have died holding the queue's lock."""

@@ -3,6 +3,7 @@
 import signal
 import textwrap
 import time
+from queue import Empty
 
 import psutil
 import pytest
@@ -208,3 +209,52 @@ def test_all_samples_too_stale_is_not_a_nan(tmp_path):
                           "--train_for_env_steps=60000")
     assert code == 0, summary.get("error")
     assert summary["policy_version"] > 3
+
+
+def _queue_mutex(queue) -> int:
+    """Address of a faster-fifo queue's pthread mutex inside its shared C++ Queue struct: the first
+    8-aligned glibc pthread_mutex_t that is unlocked and process-shared (__kind, 16 bytes in, has
+    the pshared bit 0x80), which the fields before it (sizes and counters) never look like."""
+    import ctypes
+    raw = bytes(queue.queue_obj_buffer)
+    for offset in range(0, len(raw) - 40, 8):
+        lock_owner_count = raw[offset:offset + 16]
+        kind = int.from_bytes(raw[offset + 16:offset + 20], "little")
+        if lock_owner_count == bytes(16) and kind == 0x80:
+            return ctypes.addressof(queue.queue_obj_buffer) + offset
+    raise AssertionError("no process-shared mutex found in the faster-fifo queue object")
+
+
+@pytest.mark.timeout(30)
+def test_emit_gives_up_on_a_queue_left_locked():
+    # A process SIGKILLed inside a faster-fifo put keeps that queue's mutex locked forever (the CI
+    # failure this guards against: the runner's "stop" hung behind a killed rollout worker). Here the
+    # test holds the mutex itself, exactly what the dead process leaves behind.
+    import ctypes
+    import ctypes.util
+
+    from signal_slot.signal_slot import EventLoop
+    from sf_core.component import Component, use_plain_pickle
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    receiver_loop = use_plain_pickle(EventLoop("receiver_loop"))
+    sender, receiver = Component(EventLoop("sender_loop"), "sender"), Component(receiver_loop, "receiver")
+    sender.connect("ping", receiver.stop_loop)
+    queue = receiver_loop.signal_queue
+    mutex = ctypes.c_void_p(_queue_mutex(queue))
+    assert libc.pthread_mutex_trylock(mutex) == 0, "the queue's mutex is not where the struct layout says"
+    try:
+        started = time.monotonic()
+        assert sender.emit_bounded("ping", 1, timeout=0.5) == ["receiver"]
+        assert 0.4 < time.monotonic() - started < 5.0
+    finally:
+        libc.pthread_mutex_unlock(mutex)  # the abandoned put goes through now: no thread left stuck
+    assert sender.emit_bounded("ping", 2, timeout=5.0) == []  # an unlocked queue takes its message at once
+    received = []
+    deadline = time.monotonic() + 5
+    while len(received) < 2 and time.monotonic() < deadline:
+        try:
+            received += [args[0] for _sender, _signal, args in queue.get_many(timeout=0.5)]
+        except Empty:
+            pass
+    assert sorted(received) == [1, 2]
