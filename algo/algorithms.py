@@ -17,7 +17,7 @@ from algo import nodes as n
 from algo.graph import ModelSlot, Node
 
 BATCH_KEYS = ("obs", "actions", "log_prob", "values_behaviour", "rewards", "dones", "truncated", "trunc_values",
-              "policy_version")
+              "policy_version", "rnn_states")
 
 
 @dataclass
@@ -27,7 +27,8 @@ class Algorithm:
     extra_models: Callable[[dict[str, ModelSlot]], dict[str, ModelSlot]] = field(default=lambda slots: {})
 
 
-RECOMPUTE = Node("recompute", "inference", ("obs", "actions"), ("values", "target_log_prob"), n.recompute,
+RECOMPUTE = Node("recompute", "inference", ("obs", "actions", "rnn_states", "episode_ends"),
+                 ("values", "target_log_prob"), n.recompute,
                  model="actor_critic")
 BEHAVIOUR_VALUES = Node("behaviour_values", "compute", ("values_behaviour",), ("values",), n.behaviour_values)
 
@@ -44,7 +45,8 @@ def common_nodes(cfg: Any, rewards_key: str = "rewards", recompute: bool = False
 
 
 TARGET_INPUTS = ("shaped_rewards", "values", "episode_ends")
-UPDATE_INPUTS = ("obs", "actions", "log_prob", "advantages", "value_targets", "values", "mask")
+UPDATE_INPUTS = ("obs", "actions", "log_prob", "advantages", "value_targets", "values", "mask", "rnn_states",
+                 "episode_ends")
 
 
 def ppo(cfg: Any, rewards_key: str = "rewards") -> Algorithm:

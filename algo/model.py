@@ -1,30 +1,37 @@
-"""Actor-critic model: (normalized) observations -> encoder -> action distribution and value.
+"""Actor-critic model: observation -> preprocessing -> encoder -> [core] -> [decoder] -> heads.
+
+The parts (see `algo.encoders`, `algo.core`, and `algo.custom_models` for your own):
+  preprocessing  unpack structured observations, scale images, normalize (shared by actor and critic)
+  encoder        conv trunk per image field + MLP over vector fields
+  core           optional GRU/LSTM (`--use_rnn`); its state is kept per env in shared memory
+  decoder        optional MLP after the core (`--decoder_mlp_layers`)
+  heads          action distribution parameters; value
+With `--actor_critic_share_weights=False` the critic has its own encoder, core and decoder.
 
 Values are predicted in units normalized by running return statistics when `normalize_returns`
 is on; `value()` always returns them in reward units.
 
-Encoders: a Box observation with 3 dims is an image and gets a conv encoder (`--encoder_conv_architecture`:
-`convnet_atari`, the Nature-DQN CNN, or `resnet_impala`, the IMPALA ResNet) followed by the
-`--encoder_conv_mlp_layers` fully connected layers; any other Box is flattened into the MLP encoder
-(`--encoder_mlp_layers`). Images are channels first `[C, H, W]`; `[H, W, C]` with C <= 4 < H is
-recognised and transposed. uint8 images are scaled by 1/255 and never normalized by running statistics
-(per-pixel statistics would make static background pixels explode); float images, with
-`--normalize_input`, are normalized by one scalar mean/std over all their elements.
+Calling conventions: `step(obs, state)` for one time step of a batch of envs (inference),
+`sequence(obs, state, resets)` for [L, B] sequences (the learner; L = 1 for a feed-forward model),
+and `model(obs)` as a shortcut for feed-forward models.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
+from algo import custom_models
+from algo.core import RecurrentCore
 from algo.distributions import ActionDistribution, make_action_head
+from algo.encoders import ObservationEncoder, ObsPreprocessor, mlp
 from algo.normalization import RunningMeanStd
-
-ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
+from algo.observations import is_structured
 
 
 @dataclass(frozen=True)
@@ -40,113 +47,77 @@ class ModelSpec:
     initial_log_std: float = 0.0
     encoder_conv_architecture: str = "convnet_atari"
     encoder_conv_mlp_layers: tuple[int, ...] = (512,)
+    use_rnn: bool = False
+    rnn_type: str = "gru"
+    rnn_size: int = 128
+    decoder_mlp_layers: tuple[int, ...] = ()
+    # registered factories (algo.custom_models), resolved where the flags are parsed
+    encoder_factory: Callable | None = None
+    core_factory: Callable | None = None
+    decoder_factory: Callable | None = None
 
     @classmethod
     def from_config(cls, cfg) -> "ModelSpec":
         return cls(tuple(cfg.encoder_mlp_layers), cfg.nonlinearity, cfg.actor_critic_share_weights,
                    cfg.normalize_input, cfg.normalize_returns, cfg.continuous_tanh_scale, cfg.initial_log_std,
-                   cfg.encoder_conv_architecture, tuple(cfg.encoder_conv_mlp_layers))
+                   cfg.encoder_conv_architecture, tuple(cfg.encoder_conv_mlp_layers), cfg.use_rnn, cfg.rnn_type,
+                   cfg.rnn_size, tuple(cfg.decoder_mlp_layers),
+                   custom_models.resolve("encoder", cfg.encoder_custom),
+                   custom_models.resolve("core", cfg.core_custom),
+                   custom_models.resolve("decoder", cfg.decoder_custom))
 
 
-def mlp(in_features: int, layers: tuple[int, ...], activation: str) -> nn.Sequential:
-    modules: list[nn.Module] = []
-    for size in layers:
-        modules += [nn.Linear(in_features, size), ACTIVATIONS[activation]()]
-        in_features = size
-    return nn.Sequential(*modules)
+class Branch(nn.Module):
+    """encoder -> core -> decoder: the actor's, and with separate weights also the critic's."""
 
-
-def observation_size(space: gym.Space) -> int:
-    if isinstance(space, gym.spaces.Box):
-        return int(np.prod(space.shape))
-    raise ValueError(f"unsupported observation space {space}: the MLP encoder needs a Box")
-
-
-def is_image_space(space: gym.Space) -> bool:
-    return isinstance(space, gym.spaces.Box) and len(space.shape) == 3
-
-
-def image_layout(shape: tuple[int, ...]) -> tuple[tuple[int, int, int], bool]:
-    """((C, H, W), channels_last) for a 3-dim observation shape."""
-    a, b, c = shape
-    if c <= 4 < a:
-        return (c, a, b), True
-    return (a, b, c), False
-
-
-class NatureCNN(nn.Sequential):
-    """Mnih et al. 2015: conv 32 8×8/4, 64 4×4/2, 64 3×3/1 (84×84 input -> 64×7×7)."""
-
-    def __init__(self, channels: int, activation: str):
-        act = ACTIVATIONS[activation]
-        super().__init__(nn.Conv2d(channels, 32, 8, stride=4), act(), nn.Conv2d(32, 64, 4, stride=2), act(),
-                         nn.Conv2d(64, 64, 3, stride=1), act(), nn.Flatten())
-
-
-class ResidualBlock(nn.Module):
-    def __init__(self, channels: int, activation: str):
+    def __init__(self, obs_space: gym.Space, widths: dict, spec: ModelSpec):
         super().__init__()
-        act = ACTIVATIONS[activation]
-        self.body = nn.Sequential(act(), nn.Conv2d(channels, channels, 3, padding=1), act(),
-                                  nn.Conv2d(channels, channels, 3, padding=1))
+        # a custom encoder for a Box space gets the tensor itself, not a one-field dict
+        self.unwrap = spec.encoder_factory is not None and not is_structured(obs_space)
+        if spec.encoder_factory is not None:
+            self.encoder = spec.encoder_factory(obs_space, spec)
+        else:
+            self.encoder = ObservationEncoder(widths, spec)
+        features = self.encoder.out_features
+        if spec.core_factory is not None:
+            self.core = spec.core_factory(features, spec)
+        elif spec.use_rnn:
+            self.core = RecurrentCore(spec.rnn_type, features, spec.rnn_size)
+        else:
+            self.core = None
+        self.state_size = getattr(self.core, "state_size", 0) if self.core is not None else 0
+        features = self.core.out_features if self.core is not None else features
+        if spec.decoder_factory is not None:
+            self.decoder = spec.decoder_factory(features, spec)
+            self.out_features = self.decoder.out_features
+        else:
+            self.decoder = mlp(features, spec.decoder_mlp_layers, spec.nonlinearity)
+            self.out_features = spec.decoder_mlp_layers[-1] if spec.decoder_mlp_layers else features
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.body(x)
+    def encode(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.encoder(inputs["obs"] if self.unwrap else inputs)
 
-
-class ImpalaResNet(nn.Sequential):
-    """Espeholt et al. 2018: three stages of (conv 3×3, max-pool 3×3/2, two residual blocks) with 16, 32
-    and 32 channels (84×84 input -> 32×11×11)."""
-
-    def __init__(self, channels: int, activation: str, stages: tuple[int, ...] = (16, 32, 32)):
-        layers: list[nn.Module] = []
-        for out in stages:
-            layers += [nn.Conv2d(channels, out, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1),
-                       ResidualBlock(out, activation), ResidualBlock(out, activation)]
-            channels = out
-        layers += [ACTIVATIONS[activation](), nn.Flatten()]
-        super().__init__(*layers)
-
-
-CONV_ARCHITECTURES = {"convnet_atari": NatureCNN, "resnet_impala": ImpalaResNet}
-
-
-def conv_encoder(chw: tuple[int, int, int], spec: "ModelSpec") -> tuple[nn.Module, int]:
-    """The conv trunk plus its fully connected layers; returns (module, output features)."""
-    if spec.encoder_conv_architecture not in CONV_ARCHITECTURES:
-        raise ValueError(f"unknown encoder_conv_architecture {spec.encoder_conv_architecture!r}; "
-                         f"known: {', '.join(CONV_ARCHITECTURES)}")
-    trunk = CONV_ARCHITECTURES[spec.encoder_conv_architecture](chw[0], spec.nonlinearity)
-    with torch.no_grad():
-        flat = int(trunk(torch.zeros(1, *chw)).shape[1])
-    head = mlp(flat, spec.encoder_conv_mlp_layers, spec.nonlinearity)
-    features = spec.encoder_conv_mlp_layers[-1] if spec.encoder_conv_mlp_layers else flat
-    return nn.Sequential(trunk, head), features
+    def core_step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.core is None:
+            return x, state
+        return self.core(x, state)
 
 
 class ActorCritic(nn.Module):
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, spec: ModelSpec):
         super().__init__()
         self.spec = spec
-        self.image = is_image_space(obs_space)
-        if self.image:
-            self.image_chw, self.channels_last = image_layout(tuple(obs_space.shape))
-            self.uint8_image = obs_space.dtype == np.uint8
-            # uint8: a fixed 1/255 scale. float: one scalar mean/std, never per pixel.
-            norm_shape: tuple[int, ...] | None = None if self.uint8_image or not spec.normalize_input else ()
-            self.actor_encoder, features = conv_encoder(self.image_chw, spec)
-            self.critic_encoder = None if spec.share_weights else conv_encoder(self.image_chw, spec)[0]
-        else:
-            obs_dim = observation_size(obs_space)
-            norm_shape = (obs_dim,) if spec.normalize_input else None
-            self.actor_encoder = mlp(obs_dim, spec.encoder_mlp_layers, spec.nonlinearity)
-            self.critic_encoder = None if spec.share_weights else mlp(obs_dim, spec.encoder_mlp_layers,
-                                                                      spec.nonlinearity)
-            features = spec.encoder_mlp_layers[-1] if spec.encoder_mlp_layers else obs_dim
-        self.obs_norm = RunningMeanStd(norm_shape) if norm_shape is not None else None
+        self.preprocess = ObsPreprocessor(obs_space, spec.normalize_input)
+        widths = self.preprocess.widths()
+        self.actor = Branch(obs_space, widths, spec)
+        self.critic = None if spec.share_weights else Branch(obs_space, widths, spec)
+        self.state_sizes = [self.actor.state_size] + ([self.critic.state_size] if self.critic is not None else [])
+        self.rnn_state_size = sum(self.state_sizes)
         self.returns_norm = RunningMeanStd((), clip=1e6) if spec.normalize_returns else None
-        self.action_head = make_action_head(action_space, features, spec.continuous_tanh_scale, spec.initial_log_std)
-        self.value_head = nn.Linear(features, 1)
+        self.action_head = make_action_head(action_space, self.actor.out_features, spec.continuous_tanh_scale,
+                                            spec.initial_log_std)
+        value_features = (self.critic or self.actor).out_features
+        self.value_head = nn.Linear(value_features, 1)
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -162,23 +133,68 @@ class ActorCritic(nn.Module):
         head = self.action_head
         return head.mean if hasattr(head, "mean") else head.linear
 
-    def _prepare(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.image:
-            if self.channels_last:
-                obs = obs.permute(0, 3, 1, 2)
-            if self.uint8_image:
-                return obs.float() * (1.0 / 255.0)
-            obs = obs.float()
-            return self.obs_norm.normalize(obs) if self.obs_norm is not None else obs
-        obs = obs.reshape(obs.shape[0], -1).float()
-        return self.obs_norm.normalize(obs) if self.obs_norm is not None else obs
+    @property
+    def recurrent(self) -> bool:
+        return self.rnn_state_size > 0
+
+    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        return torch.zeros(batch, self.rnn_state_size, device=device)
+
+    def update_obs_stats(self, obs: torch.Tensor) -> None:
+        """Fold a batch of stored observations into the input normalisation (the learner does this)."""
+        self.preprocess.update(obs)
+
+    # ------------------------------------------------------------------ forward passes
+    def _encode(self, obs: torch.Tensor) -> list[torch.Tensor]:
+        inputs = self.preprocess(obs)
+        return [branch.encode(inputs) for branch in self._branches()]
+
+    def _branches(self) -> list[Branch]:
+        return [self.actor] + ([self.critic] if self.critic is not None else [])
+
+    def _heads(self, outputs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        actor = self.actor.decoder(outputs[0])
+        critic = actor if self.critic is None else self.critic.decoder(outputs[1])
+        return self.action_head(actor), self.value_head(critic).squeeze(-1)
+
+    def _core_step(self, features: list[torch.Tensor], state: torch.Tensor
+                   ) -> tuple[list[torch.Tensor], torch.Tensor]:
+        states = state.split(self.state_sizes, dim=-1)
+        results = [branch.core_step(x, s) for branch, x, s in zip(self._branches(), features, states)]
+        return [y for y, _ in results], torch.cat([s for _, s in results], dim=-1)
+
+    def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One time step for a batch of envs: (distribution parameters, normalized value, new state)."""
+        outputs, state = self._core_step(self._encode(obs), state)
+        params, values = self._heads(outputs)
+        return params, values, state
+
+    def sequence(self, obs: torch.Tensor, state: torch.Tensor, resets: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """[L, B] sequences from initial states [B, S]; resets[t] zeroes the state before step t (an
+        episode ended at t-1). Returns parameters [L, B, P] and normalized values [L, B]."""
+        L, B = obs.shape[:2]
+        features = [f.view(L, B, -1) for f in self._encode(obs.flatten(0, 1))]
+        if not self.recurrent:
+            params, values = self._heads([f.flatten(0, 1) for f in features])
+            return params.view(L, B, -1), values.view(L, B)
+        keep = (~resets).unsqueeze(-1).to(state.dtype)
+        steps = []
+        for t in range(L):
+            if t > 0:
+                state = state * keep[t]
+            outputs, state = self._core_step([f[t] for f in features], state)
+            steps.append(outputs)
+        outputs = [torch.cat([s[i] for s in steps]) for i in range(len(features))]
+        params, values = self._heads(outputs)
+        return params.view(L, B, -1), values.view(L, B)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Returns (action-distribution parameters, value in normalized units)."""
-        x = self._prepare(obs)
-        actor_features = self.actor_encoder(x)
-        critic_features = actor_features if self.critic_encoder is None else self.critic_encoder(x)
-        return self.action_head(actor_features), self.value_head(critic_features).squeeze(-1)
+        """Feed-forward shortcut: (action-distribution parameters, value in normalized units)."""
+        if self.recurrent:
+            raise RuntimeError("a recurrent model needs its state: call step(obs, state) or sequence(...)")
+        outputs = self._encode(obs)
+        return self._heads(outputs)
 
     def distribution(self, params: torch.Tensor) -> ActionDistribution:
         return self.action_head.distribution(params)

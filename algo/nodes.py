@@ -42,12 +42,39 @@ def recompute(ctx: Context, x: Inputs) -> Inputs:
     obs, actions = x["obs"], x["actions"]
     T, N = actions.shape[:2]
     with autocast(ctx, ctx.models["actor_critic"].device):
-        dist_params, values_norm = model(obs.flatten(0, 1))
+        if model.recurrent:  # rows 0..T-1 as sequences, the bootstrap row T from its recorded state
+            R = ctx.params.recurrence
+            params, values_norm = model.sequence(to_chunks(obs[:-1], R), x["rnn_states"][0:T:R].flatten(0, 1),
+                                                 to_chunks(step_resets(x["episode_ends"]), R))
+            params, values_norm = from_chunks(params, T, N), from_chunks(values_norm, T, N)
+            params_last, values_last, _ = model.step(obs[-1], x["rnn_states"][-1])
+            dist_params = torch.cat([params, params_last.unsqueeze(0)])
+            values_norm = torch.cat([values_norm, values_last.unsqueeze(0)])
+        else:
+            dist_params, values_norm = model(obs.flatten(0, 1))
     dist_params, values_norm = dist_params.float(), values_norm.float()
     values = model.denormalize_value(values_norm).view(T + 1, N)
     dist = model.distribution(dist_params.view(T + 1, N, -1)[:-1].flatten(0, 1))
     target_log_prob = dist.log_prob(actions.flatten(0, 1)).view(T, N)
     return {"values": values, "target_log_prob": target_log_prob}
+
+
+def step_resets(episode_ends: torch.Tensor) -> torch.Tensor:
+    """[T, N]: the recurrent state is zeroed before step t when an episode ended at step t-1."""
+    return torch.cat([torch.zeros_like(episode_ends[:1]), episode_ends[:-1]]).bool()
+
+
+def to_chunks(x: torch.Tensor, length: int) -> torch.Tensor:
+    """[T, N, ...] -> [length, (T / length) * N, ...]: consecutive steps become sequences; sequence
+    k * N + n is env n's steps k*length .. (k+1)*length - 1."""
+    T, N = x.shape[:2]
+    return x.reshape(T // length, length, N, *x.shape[2:]).transpose(0, 1).reshape(length, -1, *x.shape[2:])
+
+
+def from_chunks(x: torch.Tensor, T: int, N: int) -> torch.Tensor:
+    """Inverse of to_chunks."""
+    length = x.shape[0]
+    return x.reshape(length, T // length, N, *x.shape[2:]).transpose(0, 1).reshape(T, N, *x.shape[2:])
 
 
 # 3. ------------------------------------------------------------------------------------------------
@@ -100,29 +127,34 @@ def _pg_policy_loss(ctx: Context, log_prob, mb) -> torch.Tensor:
 
 
 def _minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn, epochs: int) -> dict[str, float]:
+    """Minibatches of whole sequences of --recurrence steps (of single samples for a feed-forward
+    model: sequences of length 1), each unrolled from the recurrent state recorded while acting."""
     p, slot = ctx.params, ctx.models["actor_critic"]
     model = slot.module
     T, N = x["actions"].shape[:2]
     mask = x["mask"]
-    if model.obs_norm is not None:
-        model.obs_norm.update(x["obs"][:-1].flatten(0, 1).float())
+    model.update_obs_stats(x["obs"][:-1].flatten(0, 1))
     if not mask.any():  # every sample too stale to train on (--max_policy_lag)
         return {"skipped_datasets": 1.0}
     if model.returns_norm is not None:
         model.returns_norm.update(x["value_targets"][mask.bool()])
-    flat = {
-        "obs": x["obs"][:-1].flatten(0, 1), "actions": x["actions"].flatten(0, 1),
-        "log_prob": x["log_prob"].flatten(0, 1), "advantages": x["advantages"].flatten(),
-        "targets": model.normalize_value(x["value_targets"]).flatten(),
-        "old_values": model.normalize_value(x["values"][:-1]).flatten(), "mask": mask.flatten(),
-    }
+    R = p.recurrence if model.recurrent else 1
+    sequences = {key: to_chunks(value, R) for key, value in {
+        "obs": x["obs"][:-1], "actions": x["actions"], "log_prob": x["log_prob"], "advantages": x["advantages"],
+        "targets": model.normalize_value(x["value_targets"]), "old_values": model.normalize_value(x["values"][:-1]),
+        "mask": mask, "resets": step_resets(x["episode_ends"]),
+    }.items()}
+    initial_states = x["rnn_states"][0:T:R].flatten(0, 1)
+    count, per_minibatch = initial_states.shape[0], p.batch_size // R
     totals: dict[str, float] = {}
     steps = 0
     for _ in range(epochs):
-        order = torch.randperm(T * N) if p.shuffle_minibatches else torch.arange(T * N)
-        for start in range(0, T * N, p.batch_size):
-            idx = order[start:start + p.batch_size]
-            for key, value in _sgd_step(ctx, {k: v[idx] for k, v in flat.items()}, policy_loss_fn).items():
+        order = torch.randperm(count) if p.shuffle_minibatches else torch.arange(count)
+        for start in range(0, count, per_minibatch):
+            idx = order[start:start + per_minibatch]
+            mb = {key: value[:, idx] for key, value in sequences.items()}
+            mb["initial_states"] = initial_states[idx]
+            for key, value in _sgd_step(ctx, mb, policy_loss_fn).items():
                 totals[key] = totals.get(key, 0.0) + value
             steps += 1
             ctx.on_minibatch()
@@ -141,8 +173,10 @@ def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn) -> dict
     p, slot = ctx.params, ctx.models["actor_critic"]
     model = slot.module
     with autocast(ctx, slot.device):
-        dist_params, values = model(mb["obs"])
-    dist_params, values = dist_params.float(), values.float()  # losses in float32
+        dist_params, values = model.sequence(mb.pop("obs"), mb.pop("initial_states"), mb.pop("resets"))
+    # losses in float32, over [sequence length × sequences] flattened
+    dist_params, values = dist_params.float().flatten(0, 1), values.float().flatten(0, 1)
+    mb = {key: value.flatten(0, 1) for key, value in mb.items()}
     dist = model.distribution(dist_params)
     log_prob = dist.log_prob(mb["actions"])
     entropy = ppo.masked_mean(dist.entropy(), mb["mask"])

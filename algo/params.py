@@ -24,7 +24,9 @@ class LearningParams:
     batch_size: int = 1024
     shuffle_minibatches: bool = True
     mixed_precision: bool = False
+    recurrence: int = 1  # sequence length the learner unrolls (1: samples are independent)
 
     @classmethod
     def from_config(cls, cfg) -> "LearningParams":
-        return cls(**{name: getattr(cfg, name) for name in cls.__dataclass_fields__})
+        fields = {name: getattr(cfg, name) for name in cls.__dataclass_fields__ if name != "recurrence"}
+        return cls(**fields, recurrence=cfg.recurrence_length())

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from algo.distributions import action_storage
+from algo.observations import obs_storage
 
 
 @dataclass(frozen=True)
@@ -69,20 +70,13 @@ def _shared(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(shape, dtype=dtype).share_memory_()
 
 
-def obs_storage(space: gym.Space) -> tuple[tuple[int, ...], torch.dtype]:
-    if not isinstance(space, gym.spaces.Box):
-        raise ValueError(f"unsupported observation space {space}: expected a Box")
-    dtype = torch.uint8 if space.dtype == np.uint8 else torch.float32
-    return tuple(space.shape), dtype
-
-
 class TrajectoryBuffers:
     """The tensors every component reads and writes; numpy views give cheap per-step access."""
 
     KEYS = ("obs", "actions", "log_prob", "values", "rewards", "dones", "truncated", "trunc_values",
-            "policy_version")
+            "policy_version", "rnn_states")
 
-    def __init__(self, layout: BufferLayout, obs_space: gym.Space, action_space: gym.Space):
+    def __init__(self, layout: BufferLayout, obs_space: gym.Space, action_space: gym.Space, rnn_state_size: int = 0):
         self.layout = layout
         obs_shape, obs_dtype = obs_storage(obs_space)
         act_shape, act_dtype = action_storage(action_space)
@@ -96,6 +90,10 @@ class TrajectoryBuffers:
         self.truncated = _shared(lead, torch.bool)  # cut by a time limit: bootstrap from trunc_values
         self.trunc_values = _shared(lead, torch.float32)
         self.policy_version = _shared(lead, torch.int64)
+        # the recurrent state each row's action was chosen with (width 0 for a feed-forward model), so
+        # the learner can unroll the core from it; and each env's latest state, per split
+        self.rnn_states = _shared(lead + (rnn_state_size,), torch.float32)
+        self.rnn_latest = _shared((layout.num_splits_total, layout.envs_per_split, rnn_state_size), torch.float32)
         # the final observation of an env truncated at the last step, per split
         self.final_obs = _shared((layout.num_splits_total, layout.envs_per_split) + obs_shape, obs_dtype)
 

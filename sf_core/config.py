@@ -128,6 +128,23 @@ class Config:
     normalize_returns: bool = flag(True, "model", "Learn values in units normalized by running return stats.")
     continuous_tanh_scale: float = flag(0.0, "model", "If > 0, Gaussian means are tanh(x)·scale.")
     initial_log_std: float = flag(0.0, "model", "Initial log std of Gaussian actions.")
+    use_rnn: bool = flag(False, "model", "A recurrent core between encoder and heads; its state is kept per env "
+                         "and zeroed at episode starts. Needed when the observation does not show everything "
+                         "the policy must remember.")
+    rnn_type: str = flag("gru", "model", "Recurrent cell of the core.", choices=("gru", "lstm"))
+    rnn_size: int = flag(128, "model", "Hidden size of the recurrent core (an LSTM stores twice this per env).")
+    recurrence: int = flag(
+        -1, "model", "Truncated-BPTT length: the learner unrolls the core over chunks of this many steps, each "
+        "starting from the state recorded while acting. -1: the whole --rollout with --use_rnn, else 1. Must "
+        "divide --rollout and --batch_size.")
+    decoder_mlp_layers: list[int] = flag([], "model", "Fully connected layers between the core (or encoder) and "
+                                         "the heads.")
+    encoder_custom: str = flag("", "model", "An encoder registered with algo.custom_models.register_encoder "
+                               "(empty: the built-in conv/MLP encoder).")
+    core_custom: str = flag("", "model", "A core registered with algo.custom_models.register_core (empty: "
+                            "the built-in one, see --use_rnn).")
+    decoder_custom: str = flag("", "model", "A decoder registered with algo.custom_models.register_decoder "
+                               "(empty: --decoder_mlp_layers).")
 
     # --- logging
     experiment_summaries_interval: float = flag(2.0, "logging", "Seconds between TensorBoard summaries.")
@@ -149,6 +166,12 @@ class Config:
     def dataset_size(self) -> int:
         """Samples the learner consumes per training iteration."""
         return self.batch_size * self.num_batches_per_epoch
+
+    def recurrence_length(self) -> int:
+        """Steps the learner unrolls per sequence (1: every sample on its own)."""
+        if self.recurrence != -1:
+            return self.recurrence
+        return self.rollout if self.use_rnn or self.core_custom else 1
 
     def envs_per_split(self) -> int:
         return self.num_envs_per_worker // self.worker_num_splits
@@ -185,7 +208,8 @@ class Config:
                 f"{self.dataset_size()} samples must be divisible by --rollout={self.rollout} "
                 f"(the learner trains on whole trajectories)"
             )
-        for name in ("encoder_mlp_layers", "encoder_conv_mlp_layers"):
+        self._validate_recurrence()
+        for name in ("encoder_mlp_layers", "encoder_conv_mlp_layers", "decoder_mlp_layers"):
             if any(size < 1 for size in getattr(self, name)):
                 raise ConfigError(f"--{name} must be positive sizes, got {getattr(self, name)}")
         from algo.algorithms import known_algorithms
@@ -195,6 +219,16 @@ class Config:
                               f"(register others with algo.algorithms.register_algorithm)")
         if not self.batched_sampling:
             raise ConfigError("--batched_sampling=False (per-env sampling) is not implemented yet")
+
+    def _validate_recurrence(self) -> None:
+        if self.recurrence == 0 or self.recurrence < -1:
+            raise ConfigError(f"--recurrence must be -1 (automatic) or at least 1, got {self.recurrence}")
+        if self.rnn_size < 1:
+            raise ConfigError(f"--rnn_size must be at least 1, got {self.rnn_size}")
+        length = self.recurrence_length()
+        if self.rollout % length or self.batch_size % length:
+            raise ConfigError(f"--recurrence={length} must divide --rollout={self.rollout} and --batch_size="
+                              f"{self.batch_size}: the learner trains on whole sequences of that length")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -229,7 +263,7 @@ def _arg_type(f: dataclasses.Field) -> dict[str, Any]:
     if kind in ("float", float):
         return {"type": float}
     if kind in ("list[int]",):
-        return {"type": int, "nargs": "+"}
+        return {"type": int, "nargs": "*"}
     return {"type": str}
 
 

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from algo.model import ActorCritic, ModelSpec
+from algo.observations import ObsWriter, obs_storage
 from envs.registry import EnvContext, EnvNotFoundError, registry_snapshot
 from sf_core import checkpoint
 from sf_core.config import Config, ConfigError, _Parser, str2bool
@@ -69,10 +70,17 @@ def evaluate(args: argparse.Namespace) -> dict:
     render_mode = "rgb_array" if args.save_video else None
     env = registry.make(env_name, cfg, EnvContext(worker_index=-1, env_index=0, seed=args.seed, render_mode=render_mode,
                                                  evaluation=True))
-    model = ActorCritic(env.observation_space, env.action_space, ModelSpec.from_config(cfg)).to(args.device)
+    try:
+        spec = ModelSpec.from_config(cfg)
+    except ValueError as exc:  # a custom model part not registered in this process
+        raise ConfigError(f"{exc} (enjoy: run it from a script that registers it, see docs/custom_model.md)") from None
+    model = ActorCritic(env.observation_space, env.action_space, spec).to(args.device)
     model.load_state_dict(state["model"])
     model.eval()
     to_env_action = env_action_converter(env.action_space)
+    writer = ObsWriter(env.observation_space)
+    shape, dtype = obs_storage(env.observation_space)
+    row = torch.zeros((1, *shape), dtype=dtype)  # packs Dict/Tuple observations like the rollout workers
     log.info("evaluating %s (policy v%d) on %s for %d episodes", ckpt_path, state["version"], env_name,
              args.max_num_episodes)
 
@@ -80,11 +88,13 @@ def evaluate(args: argparse.Namespace) -> dict:
     for episode in range(args.max_num_episodes):
         obs, _ = env.reset(seed=args.seed + episode)
         total, length, done = 0.0, 0, False
+        rnn_state = model.initial_state(1, args.device)
         while not done:
             if args.save_video and len(frames) < args.video_frames:
                 frames.append(env.render())
             with torch.no_grad():
-                params, _ = model(torch.as_tensor(np.asarray(obs)[None]).to(args.device))
+                writer.write(obs, row.numpy()[0])
+                params, _, rnn_state = model.step(row.to(args.device), rnn_state)
                 dist = model.distribution(params)
                 action = (dist.mode() if args.eval_deterministic else dist.sample())[0].cpu().numpy()
             obs, reward, terminated, truncated, _ = env.step(to_env_action(action))

@@ -31,11 +31,13 @@ REPORT_INTERVAL_SEC = 1.0
 
 class InferenceWorker(Component):
     def __init__(self, loop: EventLoop, index: int, cfg, buffers: TrajectoryBuffers, weights: SharedWeights,
-                 layout: BufferLayout, obs_space: gym.Space, action_space: gym.Space, device: str, seed: int,
+                 layout: BufferLayout, obs_space: gym.Space, action_space: gym.Space, spec: ModelSpec, device: str,
+                 seed: int,
                  heartbeats: Heartbeats | None = None):
         super().__init__(loop, f"inference_worker_{index}", heartbeats)
         self.index, self.cfg, self.buffers, self.weights, self.layout = index, cfg, buffers, weights, layout
         self.obs_space, self.action_space, self.device, self.seed = obs_space, action_space, device, seed
+        self.spec = spec
         self.pending: list[tuple[int, int, int, int, bool]] = []
         self.model: ActorCritic | None = None
         self.version = -1
@@ -45,10 +47,11 @@ class InferenceWorker(Component):
     @guarded
     def on_start(self) -> None:
         torch.manual_seed(self.seed + 7919 * (self.index + 1))
-        self.model = ActorCritic(self.obs_space, self.action_space, ModelSpec.from_config(self.cfg)).to(self.device)
+        self.model = ActorCritic(self.obs_space, self.action_space, self.spec).to(self.device)
         self.model.eval()
         self.version = self.weights.load_into(self.model)
         self.views = {key: t.numpy() for key, t in self.buffers.tensors().items()}
+        self.views["rnn_latest"] = self.buffers.rnn_latest.numpy()
         self.timer = Timer(self.event_loop, REPORT_INTERVAL_SEC, object_id=f"{self.name}_report_timer")
         self.timer.timeout.connect(self.send_report)
 
@@ -76,14 +79,19 @@ class InferenceWorker(Component):
         shape = (len(requests), E)
         with torch.no_grad():
             obs = torch.from_numpy(views["obs"][slots, rows]).flatten(0, 1).to(self.device)
-            params, values = self.model(obs)
+            if self.model.recurrent:
+                splits = np.fromiter((self.layout.split_index(r[0], r[1]) for r in requests), dtype=np.int64,
+                                     count=len(requests))
+                params, values, latest = self._recurrent_step(obs, splits, slots, rows)
+            else:
+                params, values = self.model(obs)
             dist = self.model.distribution(params)
             actions = dist.sample()
             views["actions"][slots, rows] = actions.cpu().numpy().reshape(shape + tuple(actions.shape[1:]))
             views["log_prob"][slots, rows] = dist.log_prob(actions).cpu().numpy().reshape(shape)
             views["values"][slots, rows] = self.model.denormalize_value(values).cpu().numpy().reshape(shape)
             views["policy_version"][slots, rows] = self.version
-            self._truncation_values([r for r in requests if r[4]])
+            self._truncation_values([r for r in requests if r[4]], latest if self.model.recurrent else None)
 
         splits_by_worker: dict[int, list[int]] = {}
         for worker, split, *_ in requests:
@@ -94,14 +102,35 @@ class InferenceWorker(Component):
         self.stats["batches"] += 1
         self.stats["seconds"] += time.perf_counter() - started
 
-    def _truncation_values(self, requests: list[tuple[int, int, int, int, bool]]) -> None:
+    def _recurrent_step(self, obs: torch.Tensor, splits: np.ndarray, slots: np.ndarray, rows: np.ndarray):
+        """Forward with each env's latest state, zeroed where an episode starts at this row; records
+        the state used (the learner unrolls from it) and keeps the new one. Returns (params, values,
+        the states before this step, for truncation values)."""
+        views, E = self.views, self.layout.envs_per_split
+        latest = views["rnn_latest"][splits]  # [n, E, S]: after each env's previous observation
+        # row 0 is only requested right after a reset (carried rows are never requested)
+        ends = views["dones"][slots, rows - 1] | views["truncated"][slots, rows - 1]
+        keep = ~ends & (rows > 0)[:, None]
+        state_in = latest * keep[..., None]
+        views["rnn_states"][slots, rows] = state_in
+        params, values, state_out = self.model.step(obs, torch.from_numpy(state_in).flatten(0, 1).to(self.device))
+        views["rnn_latest"][splits] = state_out.cpu().numpy().reshape(latest.shape)
+        return params, values, {split: latest[i] for i, split in enumerate(splits)}
+
+    def _truncation_values(self, requests: list[tuple[int, int, int, int, bool]],
+                           latest: dict[int, np.ndarray] | None) -> None:
         """V(final observation) for envs cut by a time limit on the previous row of these requests."""
         # Row 0 is only ever requested right after a reset, so a truncated step is always row - 1
         # of the same slot (the step that filled the requested row).
         for worker, split, slot, row, _ in requests:
             mask = self.buffers.truncated[slot, row - 1]
-            final = self.buffers.final_obs[self.layout.split_index(worker, split)][mask].to(self.device)
-            _, values = self.model(final)
+            split_index = self.layout.split_index(worker, split)
+            final = self.buffers.final_obs[split_index][mask].to(self.device)
+            if latest is None:
+                _, values = self.model(final)
+            else:  # the final observation would have been seen with the state the env had then
+                state = torch.from_numpy(latest[split_index][mask.numpy()]).to(self.device)
+                _, values, _ = self.model.step(final, state)
             self.buffers.trunc_values[slot, row - 1, mask] = self.model.denormalize_value(values).cpu()
 
     @guarded

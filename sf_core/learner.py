@@ -31,7 +31,7 @@ from signal_slot.signal_slot import EventLoop
 
 class Learner(Component):
     def __init__(self, loop: EventLoop, cfg, datasets: DatasetBuffers, weights: SharedWeights,
-                 obs_space: gym.Space, action_space: gym.Space, device: str, seed: int,
+                 obs_space: gym.Space, action_space: gym.Space, spec: ModelSpec, device: str, seed: int,
                  checkpoint_dir: str, resume_from: str | None, algorithm_builder: Callable[[Any], Algorithm],
                  heartbeats: Heartbeats | None = None):
         super().__init__(loop, "learner", heartbeats)
@@ -39,6 +39,7 @@ class Learner(Component):
         self.checkpoint_dir, self.resume_from = checkpoint_dir, resume_from
         self.cfg, self.datasets, self.weights = cfg, datasets, weights
         self.obs_space, self.action_space, self.device, self.seed = obs_space, action_space, device, seed
+        self.spec = spec  # custom model factories resolved by the runner, so they exist in this process
         self.version = 0
         self.samples_trained = 0
         self.executor: GraphExecutor | None = None
@@ -49,7 +50,7 @@ class Learner(Component):
     @guarded
     def on_start(self) -> None:
         torch.manual_seed(self.seed)
-        model = ActorCritic(self.obs_space, self.action_space, ModelSpec.from_config(self.cfg)).to(self.device)
+        model = ActorCritic(self.obs_space, self.action_space, self.spec).to(self.device)
         self.weights.load_into(model)
         self.version = self.weights.current_version()
         cfg = self.cfg
@@ -101,8 +102,9 @@ class Learner(Component):
         self.beat("training on a dataset")
         dataset = self.datasets[index]
         batch = {key: t.to(self.device, non_blocking=True) for key, t in dataset.items()}
-        # obs and values keep row T (bootstrap observation and its value); the rest is per step
-        batch = {key: (t if key in ("obs", "values") else t[:-1]) for key, t in batch.items()}
+        # obs, values and rnn_states keep row T (the bootstrap observation, its value and state); the
+        # rest is per step
+        batch = {key: (t if key in ("obs", "values", "rnn_states") else t[:-1]) for key, t in batch.items()}
         batch["values_behaviour"] = batch.pop("values")  # the graph's "values" may be recomputed
         lr = self._learning_rate()
         slot = self.models["actor_critic"]

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
+from algo.observations import ObsWriter
 from envs.registry import EnvContext, EnvRegistry
 from sf_core.buffers import BufferLayout, TrajectoryBuffers
 
@@ -47,6 +48,7 @@ class VectorEnvRunner:
                      for e in range(E)]
         self.seeds = [seed + first_env + e for e in range(E)]
         self.to_env_action = env_action_converter(self.envs[0].action_space)
+        self.writer = ObsWriter(self.envs[0].observation_space)  # packs Dict/Tuple observations
 
         # numpy views of shared memory: per-step writes without torch dispatch overhead
         self.obs = buffers.obs.numpy()
@@ -56,8 +58,7 @@ class VectorEnvRunner:
         self.truncated = buffers.truncated.numpy()
         self.final_obs = buffers.final_obs.numpy()[self.split_index]
         self.carried = [getattr(buffers, key).numpy() for key in ("obs", "actions", "log_prob", "values",
-                                                                  "policy_version")]
-        self.check_finite = buffers.obs.dtype.is_floating_point
+                                                                  "policy_version", "rnn_states")]
 
         self.free_sets = deque(range(layout.sets_per_split))
         self.faults_in_a_row = 0
@@ -78,7 +79,7 @@ class VectorEnvRunner:
         self.slot, self.t = slot, 0
         for e, env in enumerate(self.envs):
             obs, _ = self._call(e, env.reset, seed=self.seeds[e])
-            self.obs[self.slot, 0, e] = obs
+            self.writer.write(obs, self.obs[self.slot, 0, e])
 
     def recreated(self) -> "VectorEnvRunner":
         """Fresh envs for this split, keeping its slot bookkeeping (after an env fault)."""
@@ -127,17 +128,17 @@ class VectorEnvRunner:
                 self.episode_length[e] = 0
                 if trunc and not term:  # the value of this final state bootstraps the cut episode
                     truncated[e] = True
-                    self.final_obs[e] = obs
+                    self.writer.write(obs, self.final_obs[e])
                 terminated[e] = term
                 obs, _ = self._call(e, env.reset)
             else:
                 self.episode_return[e] += reward
                 self.episode_length[e] += 1
-            next_obs[e] = obs
+            self.writer.write(obs, next_obs[e])
 
-        if not np.isfinite(rewards).all() or (self.check_finite and not np.isfinite(next_obs).all()):
+        if not np.isfinite(rewards).all() or not self.writer.is_finite(next_obs):
             bad = [e for e in range(len(self.envs))
-                   if not np.isfinite(rewards[e]) or (self.check_finite and not np.isfinite(next_obs[e]).all())]
+                   if not np.isfinite(rewards[e]) or not self.writer.is_finite(next_obs[e])]
             raise EnvStepError(f"{self.env_name(bad[0])} returned a non-finite observation or reward "
                                f"(reward {rewards[bad[0]]}); refusing to train on it")
         scaled = np.clip(rewards * self.cfg.reward_scale, -self.cfg.reward_clip, self.cfg.reward_clip)

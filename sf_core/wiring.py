@@ -63,7 +63,7 @@ def build_components(cfg, runner: Component, registry: EnvRegistry, obs_space: g
                 resume_from: str | None) -> Topology:
     ctx = multiprocessing.get_context(start_method(cfg.mp_start_method, device))
     layout = BufferLayout.from_config(cfg)
-    buffers = TrajectoryBuffers(layout, obs_space, action_space)
+    buffers = TrajectoryBuffers(layout, obs_space, action_space, model.rnn_state_size)
     datasets = DatasetBuffers(buffers, cfg.dataset_size() // cfg.rollout)
     weights = SharedWeights(model, make_lock(cfg.serial_mode, ctx))
     weights.version[0] = version
@@ -86,7 +86,7 @@ def build_components(cfg, runner: Component, registry: EnvRegistry, obs_space: g
     inference = []
     for i in range(cfg.policy_workers_per_policy):
         loop, proc = host(f"inference_worker_{i}")
-        inference.append(InferenceWorker(loop, i, cfg, buffers, weights, layout, obs_space, action_space,
+        inference.append(InferenceWorker(loop, i, cfg, buffers, weights, layout, obs_space, action_space, model.spec,
                                          device, seed, hb))
         if proc:
             proc.reporter = inference[-1]
@@ -97,7 +97,7 @@ def build_components(cfg, runner: Component, registry: EnvRegistry, obs_space: g
         if proc:
             proc.reporter = workers[-1]
     loop, proc = host("learner")
-    learner = Learner(loop, cfg, datasets, weights, obs_space, action_space, device, seed, checkpoint_dir,
+    learner = Learner(loop, cfg, datasets, weights, obs_space, action_space, model.spec, device, seed, checkpoint_dir,
                       resume_from, algorithm_builder(cfg.algo), hb)
     batcher_loop = runner.event_loop if cfg.serial_mode else use_plain_pickle(EventLoop("batcher_loop"))
     batcher = Batcher(batcher_loop, cfg, buffers, datasets, layout, hb)

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from algo.model import ActorCritic, ImpalaResNet, ModelSpec, NatureCNN
+from algo.encoders import ImpalaResNet, NatureCNN
+from algo.model import ActorCritic, ModelSpec
 from sf_core.config import parse_args
 
 ATARI_OBS = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
@@ -16,24 +17,25 @@ ATARI_OBS = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
 def test_conv_architectures_on_uint8_frames(arch, trunk, flat):
     torch.manual_seed(0)
     model = ActorCritic(ATARI_OBS, gym.spaces.Discrete(6), ModelSpec(encoder_conv_architecture=arch))
-    assert isinstance(model.actor_encoder[0], trunk)
-    assert model.actor_encoder[1][0].in_features == flat and model.actor_encoder[1][0].out_features == 512
-    assert model.obs_norm is None  # uint8 images: a fixed 1/255 scale, never running statistics
+    conv = model.actor.encoder.convs["obs"]
+    assert isinstance(conv[0], trunk)
+    assert conv[1][0].in_features == flat and conv[1][0].out_features == 512
+    assert len(model.preprocess.norms) == 0  # uint8 images: a fixed 1/255 scale, never running statistics
     obs = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
     params, values = model(obs)
     assert params.shape == (5, 6) and values.shape == (5,)
     assert torch.isfinite(params).all() and torch.isfinite(values).all()
     # the scale is 1/255: the model sees the same input as float frames divided by 255
-    prepared = model._prepare(obs)
+    prepared = model.preprocess(obs)["obs"]
     torch.testing.assert_close(prepared, obs.float() / 255.0)
     (params.sum() + values.sum()).backward()
-    assert all(p.grad is not None for p in model.actor_encoder.parameters())
+    assert all(p.grad is not None for p in model.actor.encoder.parameters())
 
 
 def test_separate_critic_encoder_and_continuous_actions():
     model = ActorCritic(ATARI_OBS, gym.spaces.Box(-1, 1, (3,), np.float32),
                         ModelSpec(share_weights=False, encoder_conv_mlp_layers=(64,)))
-    assert model.critic_encoder is not None and model.critic_encoder is not model.actor_encoder
+    assert model.critic is not None and model.critic.encoder is not model.actor.encoder
     params, values = model(torch.zeros(2, 4, 84, 84, dtype=torch.uint8))
     assert params.shape == (2, 3) and values.shape == (2,)
 
@@ -41,22 +43,22 @@ def test_separate_critic_encoder_and_continuous_actions():
 def test_channels_last_float_images_get_one_scalar_normaliser():
     space = gym.spaces.Box(0.0, 1.0, (64, 64, 3), np.float32)  # [H, W, C]
     model = ActorCritic(space, gym.spaces.Discrete(2), ModelSpec(normalize_input=True))
-    assert model.image_chw == (3, 64, 64) and model.channels_last
-    assert model.obs_norm is not None and model.obs_norm.mean.shape == ()  # not per pixel
+    assert model.preprocess.layouts["obs"] == ((3, 64, 64), True)
+    assert model.preprocess.norms["obs"].mean.shape == ()  # not per pixel
     obs = torch.rand(7, 64, 64, 3)
-    model.obs_norm.update(obs)  # what the learner does with a batch of stored observations
+    model.update_obs_stats(obs)  # what the learner does with a batch of stored observations
     params, values = model(obs)
     assert params.shape == (7, 2) and values.shape == (7,)
-    assert model._prepare(obs).shape == (7, 3, 64, 64)
+    assert model.preprocess(obs)["obs"].shape == (7, 3, 64, 64)
     unnormalized = ActorCritic(space, gym.spaces.Discrete(2), ModelSpec(normalize_input=False))
-    assert unnormalized.obs_norm is None
+    assert len(unnormalized.preprocess.norms) == 0
 
 
 def test_vector_observations_keep_the_mlp_encoder():
     model = ActorCritic(gym.spaces.Box(-1, 1, (5,), np.float32), gym.spaces.Discrete(2),
                         ModelSpec(encoder_mlp_layers=(16,)))
-    assert not model.image and isinstance(model.actor_encoder[0], torch.nn.Linear)
-    assert model.obs_norm.mean.shape == (5,)
+    assert not model.actor.encoder.convs and isinstance(model.actor.encoder.mlp[0], torch.nn.Linear)
+    assert model.preprocess.norms["obs"].mean.shape == (5,)
 
 
 def test_conv_flags_reach_the_model_spec():

@@ -1,0 +1,182 @@
+"""Observations -> features: preprocessing (unpacking, scaling, normalisation) and the encoders.
+
+`ObsPreprocessor` turns the stored observation tensor into one float tensor per field (see
+`algo.observations`): images channels first, uint8 images scaled by 1/255 and never normalized by
+running statistics (per-pixel statistics would make static background pixels explode), float images
+normalized by one scalar mean/std, vectors by per-element running statistics (`--normalize_input`),
+Discrete fields one-hot. It is shared by the actor's and the critic's encoders.
+
+`ObservationEncoder` gives every image field a conv trunk (`--encoder_conv_architecture`:
+`convnet_atari`, the Nature-DQN CNN, or `resnet_impala`, the IMPALA ResNet, then the
+`--encoder_conv_mlp_layers`), concatenates all other fields into one MLP (`--encoder_mlp_layers`),
+and concatenates the results. A Box observation is the one-field case.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from algo.normalization import RunningMeanStd
+from algo.observations import ObsField, PackedObs, is_structured
+
+ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
+
+
+def mlp(in_features: int, layers: tuple[int, ...], activation: str) -> nn.Sequential:
+    modules: list[nn.Module] = []
+    for size in layers:
+        modules += [nn.Linear(in_features, size), ACTIVATIONS[activation]()]
+        in_features = size
+    return nn.Sequential(*modules)
+
+
+def image_layout(shape: tuple[int, ...]) -> tuple[tuple[int, int, int], bool]:
+    """((C, H, W), channels_last) for a 3-dim observation shape."""
+    a, b, c = shape
+    if c <= 4 < a:
+        return (c, a, b), True
+    return (a, b, c), False
+
+
+class NatureCNN(nn.Sequential):
+    """Mnih et al. 2015: conv 32 8×8/4, 64 4×4/2, 64 3×3/1 (84×84 input -> 64×7×7)."""
+
+    def __init__(self, channels: int, activation: str):
+        act = ACTIVATIONS[activation]
+        super().__init__(nn.Conv2d(channels, 32, 8, stride=4), act(), nn.Conv2d(32, 64, 4, stride=2), act(),
+                         nn.Conv2d(64, 64, 3, stride=1), act(), nn.Flatten())
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, channels: int, activation: str):
+        super().__init__()
+        act = ACTIVATIONS[activation]
+        self.body = nn.Sequential(act(), nn.Conv2d(channels, channels, 3, padding=1), act(),
+                                  nn.Conv2d(channels, channels, 3, padding=1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.body(x)
+
+
+class ImpalaResNet(nn.Sequential):
+    """Espeholt et al. 2018: three stages of (conv 3×3, max-pool 3×3/2, two residual blocks) with 16, 32
+    and 32 channels (84×84 input -> 32×11×11)."""
+
+    def __init__(self, channels: int, activation: str, stages: tuple[int, ...] = (16, 32, 32)):
+        layers: list[nn.Module] = []
+        for out in stages:
+            layers += [nn.Conv2d(channels, out, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1),
+                       ResidualBlock(out, activation), ResidualBlock(out, activation)]
+            channels = out
+        layers += [ACTIVATIONS[activation](), nn.Flatten()]
+        super().__init__(*layers)
+
+
+CONV_ARCHITECTURES = {"convnet_atari": NatureCNN, "resnet_impala": ImpalaResNet}
+
+
+def conv_encoder(chw: tuple[int, int, int], spec) -> tuple[nn.Module, int]:
+    """The conv trunk plus its fully connected layers; returns (module, output features)."""
+    if spec.encoder_conv_architecture not in CONV_ARCHITECTURES:
+        raise ValueError(f"unknown encoder_conv_architecture {spec.encoder_conv_architecture!r}; "
+                         f"known: {', '.join(CONV_ARCHITECTURES)}")
+    trunk = CONV_ARCHITECTURES[spec.encoder_conv_architecture](chw[0], spec.nonlinearity)
+    with torch.no_grad():
+        flat = int(trunk(torch.zeros(1, *chw)).shape[1])
+    head = mlp(flat, spec.encoder_conv_mlp_layers, spec.nonlinearity)
+    features = spec.encoder_conv_mlp_layers[-1] if spec.encoder_conv_mlp_layers else flat
+    return nn.Sequential(trunk, head), features
+
+
+def _module_key(key: str) -> str:
+    return key.replace("/", "__")  # ModuleDict keys may not contain dots; keep them readable
+
+
+class ObsPreprocessor(nn.Module):
+    """Stored observation tensor -> {field key: float tensor ready for an encoder}."""
+
+    def __init__(self, space: gym.Space, normalize_input: bool):
+        super().__init__()
+        self.packed = PackedObs(space) if is_structured(space) else None
+        if self.packed is not None:
+            self.fields = self.packed.fields
+        else:
+            self.fields = [ObsField("obs", space, tuple(space.shape), np.dtype(space.dtype), 0, 0)]
+        self.layouts = {f.key: image_layout(f.shape) for f in self.fields if f.is_image}
+        norms = {}
+        for f in self.fields:
+            if not normalize_input or isinstance(f.space, gym.spaces.Discrete) or f.dtype == np.uint8:
+                continue  # one-hot, or uint8 images with their fixed 1/255 scale
+            norms[_module_key(f.key)] = RunningMeanStd(() if f.is_image else (int(np.prod(f.shape)),))
+        self.norms = nn.ModuleDict(norms)
+
+    def widths(self) -> dict[str, int | tuple[int, int, int]]:
+        """Per field: (C, H, W) for images, the feature count for everything else."""
+        out: dict[str, int | tuple[int, int, int]] = {}
+        for f in self.fields:
+            if f.is_image:
+                out[f.key] = self.layouts[f.key][0]
+            elif isinstance(f.space, gym.spaces.Discrete):
+                out[f.key] = int(f.space.n)
+            else:
+                out[f.key] = int(np.prod(f.shape))
+        return out
+
+    def _raw(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.packed.unpack(obs) if self.packed is not None else {"obs": obs}
+
+    def _unnormalized(self, key: str, field: ObsField, x: torch.Tensor) -> torch.Tensor:
+        if field.is_image:
+            if self.layouts[key][1]:
+                x = x.permute(0, 3, 1, 2)
+            return x.float() * (1.0 / 255.0) if field.dtype == np.uint8 else x.float()
+        if isinstance(field.space, gym.spaces.Discrete):
+            return nn.functional.one_hot(x.long() - int(field.space.start), int(field.space.n)).float()
+        return x.reshape(x.shape[0], -1).float()
+
+    def forward(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        raw, out = self._raw(obs), {}
+        for f in self.fields:
+            x = self._unnormalized(f.key, f, raw[f.key])
+            norm = self.norms[_module_key(f.key)] if _module_key(f.key) in self.norms else None
+            out[f.key] = norm.normalize(x) if norm is not None else x
+        return out
+
+    @torch.no_grad()
+    def update(self, obs: torch.Tensor) -> None:
+        """Fold a batch of stored observations into the running statistics."""
+        if not len(self.norms):
+            return
+        raw = self._raw(obs)
+        for f in self.fields:
+            if _module_key(f.key) in self.norms:
+                self.norms[_module_key(f.key)].update(self._unnormalized(f.key, f, raw[f.key]))
+
+
+class ObservationEncoder(nn.Module):
+    """A conv trunk per image field, one MLP over all other fields, outputs concatenated."""
+
+    def __init__(self, widths: dict[str, int | tuple[int, int, int]], spec):
+        super().__init__()
+        self.image_keys = [k for k, w in widths.items() if isinstance(w, tuple)]
+        self.vector_keys = [k for k, w in widths.items() if not isinstance(w, tuple)]
+        self.convs = nn.ModuleDict()
+        self.out_features = 0
+        for key in self.image_keys:
+            self.convs[_module_key(key)], features = conv_encoder(widths[key], spec)
+            self.out_features += features
+        self.mlp = None
+        if self.vector_keys:
+            size = sum(widths[k] for k in self.vector_keys)
+            self.mlp = mlp(size, spec.encoder_mlp_layers, spec.nonlinearity)
+            self.out_features += spec.encoder_mlp_layers[-1] if spec.encoder_mlp_layers else size
+
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        parts = [self.convs[_module_key(k)](inputs[k]) for k in self.image_keys]
+        if self.mlp is not None:
+            vectors = [inputs[k] for k in self.vector_keys]
+            parts.append(self.mlp(vectors[0] if len(vectors) == 1 else torch.cat(vectors, dim=1)))
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
