@@ -73,7 +73,7 @@ def evaluate(args: argparse.Namespace) -> dict:
     try:
         spec = ModelSpec.from_config(cfg)
     except ValueError as exc:  # a custom model part not registered in this process
-        raise ConfigError(f"{exc} (enjoy: run it from a script that registers it, see docs/custom_model.md)") from None
+        raise ConfigError(f"{exc} (enjoy: run it from a script that registers it, see docs/models.md)") from None
     model = ActorCritic(env.observation_space, env.action_space, spec).to(args.device)
     model.load_state_dict(state["model"])
     model.eval()
