@@ -112,6 +112,9 @@ class ObsPreprocessor(nn.Module):
                 continue  # one-hot, or uint8 images with their fixed 1/255 scale
             norms[_module_key(f.key)] = RunningMeanStd(() if f.is_image else (int(np.prod(f.shape)),))
         self.norms = nn.ModuleDict(norms)
+        # per field: (key, field, its normalizer or None), resolved once: this runs on every
+        # inference call, where dictionary lookups and type checks add up
+        self._plan = [(f.key, f, norms.get(_module_key(f.key))) for f in self.fields]
 
     def widths(self) -> dict[str, int | tuple[int, int, int]]:
         """Per field: (C, H, W) for images, the feature count for everything else."""
@@ -137,12 +140,17 @@ class ObsPreprocessor(nn.Module):
             return nn.functional.one_hot(x.long() - int(field.space.start), int(field.space.n)).float()
         return x.reshape(x.shape[0], -1).float()
 
-    def forward(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+    def prepare(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """A plain method, not forward(): nothing here is learned, and nn.Module's call machinery costs
+        more than the work for a small batch."""
+        if self.packed is None and not self.layouts:  # one Box of features: the per-call fast path
+            x = obs.reshape(obs.shape[0], -1).float()
+            norm = self._plan[0][2]
+            return {"obs": norm.normalize(x) if norm is not None else x}
         raw, out = self._raw(obs), {}
-        for f in self.fields:
-            x = self._unnormalized(f.key, f, raw[f.key])
-            norm = self.norms[_module_key(f.key)] if _module_key(f.key) in self.norms else None
-            out[f.key] = norm.normalize(x) if norm is not None else x
+        for key, field, norm in self._plan:
+            x = self._unnormalized(key, field, raw[key])
+            out[key] = norm.normalize(x) if norm is not None else x
         return out
 
     @torch.no_grad()
@@ -151,9 +159,9 @@ class ObsPreprocessor(nn.Module):
         if not len(self.norms):
             return
         raw = self._raw(obs)
-        for f in self.fields:
-            if _module_key(f.key) in self.norms:
-                self.norms[_module_key(f.key)].update(self._unnormalized(f.key, f, raw[f.key]))
+        for key, field, norm in self._plan:
+            if norm is not None:
+                norm.update(self._unnormalized(key, field, raw[key]))
 
 
 class ObservationEncoder(nn.Module):
@@ -173,8 +181,11 @@ class ObservationEncoder(nn.Module):
             size = sum(widths[k] for k in self.vector_keys)
             self.mlp = mlp(size, spec.encoder_mlp_layers, spec.nonlinearity)
             self.out_features += spec.encoder_mlp_layers[-1] if spec.encoder_mlp_layers else size
+        self.single_vector = not self.image_keys and len(self.vector_keys) == 1
 
     def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.single_vector:  # the common case (one Box of features), kept cheap for inference
+            return self.mlp(inputs[self.vector_keys[0]])
         parts = [self.convs[_module_key(k)](inputs[k]) for k in self.image_keys]
         if self.mlp is not None:
             vectors = [inputs[k] for k in self.vector_keys]

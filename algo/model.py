@@ -90,9 +90,14 @@ class Branch(nn.Module):
         if spec.decoder_factory is not None:
             self.decoder = spec.decoder_factory(features, spec)
             self.out_features = self.decoder.out_features
-        else:
+        elif spec.decoder_mlp_layers:
             self.decoder = mlp(features, spec.decoder_mlp_layers, spec.nonlinearity)
-            self.out_features = spec.decoder_mlp_layers[-1] if spec.decoder_mlp_layers else features
+            self.out_features = spec.decoder_mlp_layers[-1]
+        else:
+            self.decoder, self.out_features = None, features
+
+    def decode(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decoder(x) if self.decoder is not None else x
 
     def encode(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.encoder(inputs["obs"] if self.unwrap else inputs)
@@ -111,7 +116,8 @@ class ActorCritic(nn.Module):
         widths = self.preprocess.widths()
         self.actor = Branch(obs_space, widths, spec)
         self.critic = None if spec.share_weights else Branch(obs_space, widths, spec)
-        self.state_sizes = [self.actor.state_size] + ([self.critic.state_size] if self.critic is not None else [])
+        self.branches = [self.actor] + ([self.critic] if self.critic is not None else [])  # plain list: no re-registration
+        self.state_sizes = [branch.state_size for branch in self.branches]
         self.rnn_state_size = sum(self.state_sizes)
         self.returns_norm = RunningMeanStd((), clip=1e6) if spec.normalize_returns else None
         self.action_head = make_action_head(action_space, self.actor.out_features, spec.continuous_tanh_scale,
@@ -146,21 +152,18 @@ class ActorCritic(nn.Module):
 
     # ------------------------------------------------------------------ forward passes
     def _encode(self, obs: torch.Tensor) -> list[torch.Tensor]:
-        inputs = self.preprocess(obs)
-        return [branch.encode(inputs) for branch in self._branches()]
-
-    def _branches(self) -> list[Branch]:
-        return [self.actor] + ([self.critic] if self.critic is not None else [])
+        inputs = self.preprocess.prepare(obs)
+        return [branch.encode(inputs) for branch in self.branches]
 
     def _heads(self, outputs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        actor = self.actor.decoder(outputs[0])
-        critic = actor if self.critic is None else self.critic.decoder(outputs[1])
+        actor = self.actor.decode(outputs[0])
+        critic = actor if self.critic is None else self.critic.decode(outputs[1])
         return self.action_head(actor), self.value_head(critic).squeeze(-1)
 
     def _core_step(self, features: list[torch.Tensor], state: torch.Tensor
                    ) -> tuple[list[torch.Tensor], torch.Tensor]:
         states = state.split(self.state_sizes, dim=-1)
-        results = [branch.core_step(x, s) for branch, x, s in zip(self._branches(), features, states)]
+        results = [branch.core_step(x, s) for branch, x, s in zip(self.branches, features, states)]
         return [y for y, _ in results], torch.cat([s for _, s in results], dim=-1)
 
     def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

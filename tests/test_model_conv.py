@@ -26,7 +26,7 @@ def test_conv_architectures_on_uint8_frames(arch, trunk, flat):
     assert params.shape == (5, 6) and values.shape == (5,)
     assert torch.isfinite(params).all() and torch.isfinite(values).all()
     # the scale is 1/255: the model sees the same input as float frames divided by 255
-    prepared = model.preprocess(obs)["obs"]
+    prepared = model.preprocess.prepare(obs)["obs"]
     torch.testing.assert_close(prepared, obs.float() / 255.0)
     (params.sum() + values.sum()).backward()
     assert all(p.grad is not None for p in model.actor.encoder.parameters())
@@ -49,7 +49,7 @@ def test_channels_last_float_images_get_one_scalar_normaliser():
     model.update_obs_stats(obs)  # what the learner does with a batch of stored observations
     params, values = model(obs)
     assert params.shape == (7, 2) and values.shape == (7,)
-    assert model.preprocess(obs)["obs"].shape == (7, 3, 64, 64)
+    assert model.preprocess.prepare(obs)["obs"].shape == (7, 3, 64, 64)
     unnormalized = ActorCritic(space, gym.spaces.Discrete(2), ModelSpec(normalize_input=False))
     assert len(unnormalized.preprocess.norms) == 0
 
