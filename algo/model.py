@@ -116,7 +116,8 @@ class ActorCritic(nn.Module):
         widths = self.preprocess.widths()
         self.actor = Branch(obs_space, widths, spec)
         self.critic = None if spec.share_weights else Branch(obs_space, widths, spec)
-        self.branches = [self.actor] + ([self.critic] if self.critic is not None else [])  # plain list: no re-registration
+        # a plain list (the modules are registered as actor and critic)
+        self.branches = [self.actor] + ([self.critic] if self.critic is not None else [])
         self.state_sizes = [branch.state_size for branch in self.branches]
         self.rnn_state_size = sum(self.state_sizes)
         self.returns_norm = RunningMeanStd((), clip=1e6) if spec.normalize_returns else None

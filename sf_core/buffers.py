@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch import nn
 

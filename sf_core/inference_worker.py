@@ -106,7 +106,7 @@ class InferenceWorker(Component):
         """Forward with each env's latest state, zeroed where an episode starts at this row; records
         the state used (the learner unrolls from it) and keeps the new one. Returns (params, values,
         the states before this step, for truncation values)."""
-        views, E = self.views, self.layout.envs_per_split
+        views = self.views
         latest = views["rnn_latest"][splits]  # [n, E, S]: after each env's previous observation
         # row 0 is only requested right after a reset (carried rows are never requested)
         ends = views["dones"][slots, rows - 1] | views["truncated"][slots, rows - 1]
