@@ -1,0 +1,278 @@
+"""A pool of env-service slots with a lifecycle, and the gymnasium.Env that draws from it.
+
+Every slot is in one state:
+
+    idle ──acquire──> busy ──release (restored to its initial snapshot)──> idle
+                       │
+                       └──failure (no answer, bad answer, env raised)──> error ──health check answers──> idle
+    close: every slot -> stopped
+
+`acquire(timeout)` never blocks longer than its timeout. While it waits it health-checks failed slots
+(at most every `recheck_interval` seconds each) and re-admits those whose server answers again and
+restores a fresh instance. A slot that times out takes the other idle slots of its address down with it
+(they share the dead server), so nobody waits out the same timeout once per slot. The pool is
+thread-safe: the evaluator's task threads share one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import gymnasium as gym
+
+from envs.env_protocol import space_from_json
+from envs.remote_env import RemoteEnv, ServiceError, ServiceTimeout
+
+log = logging.getLogger("sf_core")
+
+PING_TIMEOUT_SEC = 0.5  # a health check's first question; a live server answers in microseconds
+
+
+class SlotState(str, Enum):
+    IDLE = "idle"
+    BUSY = "busy"
+    ERROR = "error"
+    STOPPED = "stopped"
+
+
+class PoolTimeout(ServiceError):
+    """No healthy slot became free within the acquire timeout."""
+
+
+class SlotLost(ServiceError):
+    """The slot an env was running on failed: the episode in progress is gone."""
+
+
+@dataclass(eq=False)
+class Slot:
+    address: str  # host:port
+    index: int  # instance index on that server
+    state: SlotState = SlotState.IDLE
+    env: RemoteEnv | None = None  # the connection, opened on first use
+    failures: int = 0
+    readmissions: int = 0
+    last_error: str = ""
+    next_check: float = 0.0
+    checking: bool = False
+    uses: int = field(default=0)
+
+    @property
+    def name(self) -> str:
+        return f"{self.address}#{self.index}"
+
+
+class EnvPool:
+    def __init__(self, slots: list[tuple[str, int]], env_name: str | None = None, timeout: float = 5.0,
+                 recheck_interval: float = 1.0):
+        if not slots:
+            raise ValueError("an env pool needs at least one slot")
+        self.slots = [Slot(address, index) for address, index in slots]
+        self.env_name, self.timeout, self.recheck_interval = env_name, timeout, recheck_interval
+        self.description: dict | None = None  # the first server's hello: every slot must match it
+        self.cond = threading.Condition()
+        self.readmitted_total = 0
+        self.failed_total = 0
+
+    # ---------------------------------------------------------------- spaces
+    def describe(self, timeout: float | None = None) -> dict:
+        """The served env's description (name, spaces), from the first slot that answers."""
+        if self.description is not None:
+            return self.description
+        errors = []
+        for slot in self.slots:
+            try:
+                self._connect(slot, timeout)
+                return self.description
+            except ServiceError as exc:
+                errors.append(str(exc))
+        raise ServiceError("no env server answered: " + "; ".join(dict.fromkeys(errors)))
+
+    def spaces(self) -> tuple[gym.Space, gym.Space]:
+        d = self.describe()
+        return space_from_json(d["observation_space"]), space_from_json(d["action_space"])
+
+    def _connect(self, slot: Slot, timeout: float | None = None) -> RemoteEnv:
+        if slot.env is None:
+            env = RemoteEnv(slot.address, slot.index, self.timeout if timeout is None else timeout)
+            env.client.timeout = self.timeout
+            d = env.description
+            if self.env_name is not None and d["env"] != self.env_name:
+                env.close()
+                raise ServiceError(f"{slot.address} serves {d['env']!r}, not {self.env_name!r}")
+            if self.description is None:
+                self.description = d
+            elif (d["observation_space"], d["action_space"]) != (self.description["observation_space"],
+                                                                 self.description["action_space"]):
+                env.close()
+                raise ServiceError(f"{slot.address} serves {d['env']!r} with other spaces than the other servers")
+            slot.env = env
+        return slot.env
+
+    # ---------------------------------------------------------------- lifecycle
+    def acquire(self, timeout: float) -> Slot:
+        """A healthy slot, now busy; PoolTimeout if none within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.cond:
+                slot = self._take_idle()
+                if slot is not None:
+                    return slot
+            self.health_check()
+            with self.cond:
+                slot = self._take_idle()
+                if slot is not None:
+                    return slot
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise PoolTimeout(f"no healthy env slot within {timeout:g}s ({self.summary()})")
+                self.cond.wait(min(remaining, self.recheck_interval / 2))
+
+    def _take_idle(self) -> Slot | None:
+        idle = [s for s in self.slots if s.state is SlotState.IDLE]
+        if not idle:
+            return None
+        slot = min(idle, key=lambda s: s.uses)  # spread work over the slots
+        slot.state = SlotState.BUSY
+        slot.uses += 1
+        return slot
+
+    def release(self, slot: Slot, restore: bool = True) -> None:
+        """Give a busy slot back; with `restore`, reset its instance to its initial snapshot first."""
+        if slot.state is not SlotState.BUSY:
+            return
+        if restore:
+            try:
+                self._connect(slot).restore()
+            except ServiceError as exc:
+                self.mark_failed(slot, exc)
+                return
+        with self.cond:
+            slot.state = SlotState.IDLE
+            self.cond.notify_all()
+
+    def mark_failed(self, slot: Slot, error: Exception | str) -> None:
+        """Take a slot out of service until a health check re-admits it."""
+        now = time.monotonic()
+        with self.cond:
+            if slot.state is SlotState.STOPPED:
+                return
+            slot.state, slot.last_error, slot.next_check = SlotState.ERROR, str(error), now + self.recheck_interval
+            slot.failures += 1
+            self.failed_total += 1
+            if isinstance(error, ServiceTimeout):  # the whole server is suspect: spare its other idle slots the wait
+                for other in self.slots:
+                    if other.address == slot.address and other.state is SlotState.IDLE:
+                        other.state, other.last_error, other.next_check = SlotState.ERROR, str(error), now
+            self.cond.notify_all()
+        log.warning("env slot %s failed (%s); out of service until it answers again [%s]", slot.name, error,
+                    self.summary())
+
+    def health_check(self) -> int:
+        """Check the failed slots that are due; re-admit those that answer and restore. Returns how many."""
+        now = time.monotonic()
+        with self.cond:
+            due = [s for s in self.slots if s.state is SlotState.ERROR and not s.checking and now >= s.next_check]
+            for s in due:
+                s.checking = True
+        readmitted, dead_addresses = 0, set()
+        for slot in due:
+            ok = False
+            try:
+                if slot.address not in dead_addresses:
+                    env = self._connect(slot, PING_TIMEOUT_SEC)
+                    env.ping(timeout=PING_TIMEOUT_SEC)  # a quick question first: is anybody there?
+                    env.restore()  # then a fresh instance, which may take the full timeout
+                    ok = True
+            except ServiceError as exc:
+                slot.last_error = str(exc)
+                if isinstance(exc, ServiceTimeout):
+                    dead_addresses.add(slot.address)
+            with self.cond:
+                slot.checking = False
+                if slot.state is not SlotState.ERROR:
+                    continue  # stopped meanwhile
+                if ok:
+                    slot.state = SlotState.IDLE
+                    slot.readmissions += 1
+                    self.readmitted_total += 1
+                    readmitted += 1
+                    self.cond.notify_all()
+                else:
+                    slot.next_check = time.monotonic() + self.recheck_interval
+        if readmitted:
+            log.info("re-admitted %d env slot(s) that answer again [%s]", readmitted, self.summary())
+        return readmitted
+
+    def counts(self) -> dict[str, int]:
+        with self.cond:
+            return {state.value: sum(s.state is state for s in self.slots) for state in SlotState}
+
+    def summary(self) -> str:
+        c = {state.value: sum(s.state is state for s in self.slots) for state in SlotState}
+        return ", ".join(f"{n} {state}" for state, n in c.items() if n)
+
+    def close(self) -> None:
+        with self.cond:
+            for slot in self.slots:
+                slot.state = SlotState.STOPPED
+            self.cond.notify_all()
+        for slot in self.slots:
+            if slot.env is not None:
+                slot.env.close()
+                slot.env = None
+
+
+class PooledEnv(gym.Env):
+    """A gymnasium.Env on whichever slot of `pool` it holds.
+
+    `reset()` acquires a slot if it holds none, and if that slot fails right away, tries the next one
+    until `acquire_timeout`. A failure in `step()` marks the slot failed and raises SlotLost: the
+    episode in progress is gone, and the caller must not use its data as if it had ended normally.
+    The next `reset()` continues on another slot. `close()` restores the slot and gives it back.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, pool: EnvPool, acquire_timeout: float = 1.0):
+        self.pool, self.acquire_timeout = pool, acquire_timeout
+        self.observation_space, self.action_space = pool.spaces()
+        self.slot: Slot | None = None
+
+    @property
+    def slot_name(self) -> str | None:
+        return self.slot.name if self.slot else None
+
+    def _lose(self, error: ServiceError) -> SlotLost:
+        slot, self.slot = self.slot, None
+        self.pool.mark_failed(slot, error)
+        return SlotLost(f"env slot {slot.name} failed: {error}")
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        deadline = time.monotonic() + self.acquire_timeout
+        while True:
+            if self.slot is None:
+                self.slot = self.pool.acquire(max(0.0, deadline - time.monotonic()))
+            try:
+                return self.pool._connect(self.slot).reset(seed=seed, options=options)
+            except ServiceError as exc:
+                lost = self._lose(exc)
+                if time.monotonic() >= deadline:
+                    raise lost from exc
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        if self.slot is None:
+            raise SlotLost("this env lost its slot: call reset() to continue on another one")
+        try:
+            return self.slot.env.step(action)
+        except ServiceError as exc:
+            raise self._lose(exc) from exc
+
+    def close(self) -> None:
+        if self.slot is not None:
+            slot, self.slot = self.slot, None
+            self.pool.release(slot, restore=True)
