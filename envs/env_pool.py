@@ -83,13 +83,17 @@ class EnvPool:
         """The served env's description (name, spaces), from the first slot that answers."""
         if self.description is not None:
             return self.description
-        errors = []
+        errors, silent = [], set()
         for slot in self.slots:
+            if slot.address in silent:
+                continue
             try:
                 self._connect(slot, timeout)
                 return self.description
             except ServiceError as exc:
                 errors.append(str(exc))
+                if isinstance(exc, ServiceTimeout):
+                    silent.add(slot.address)
         raise ServiceError("no env server answered: " + "; ".join(dict.fromkeys(errors)))
 
     def spaces(self) -> tuple[gym.Space, gym.Space]:
@@ -253,6 +257,7 @@ class PooledEnv(gym.Env):
         return SlotLost(f"env slot {slot.name} failed: {error}")
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)  # the client's own RNG (gymnasium's contract); the env's is on the server
         deadline = time.monotonic() + self.acquire_timeout
         while True:
             if self.slot is None:

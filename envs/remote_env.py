@@ -34,6 +34,14 @@ def zmq_context() -> zmq.Context:
         return _contexts[pid]
 
 
+def close_context() -> None:
+    """Terminate this process's context (its sockets must be closed): the runner does it before forking."""
+    with _contexts_lock:
+        context = _contexts.pop(os.getpid(), None)
+    if context is not None:
+        context.term()
+
+
 class ServiceError(RuntimeError):
     """An env server did not do what was asked: no answer, a bad answer, or the env failed there."""
 
@@ -138,6 +146,7 @@ class RemoteEnv(gym.Env):
         return obs
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)  # the client's own RNG (gymnasium's contract); the env's is on the server
         reply, arrays = self.client.request({"cmd": "reset", "slot": self.slot, "seed": seed, "options": options})
         return self._obs(arrays), reply.get("info", {})
 

@@ -80,11 +80,32 @@ class Runner(Component):
 
     # ---------------------------------------------------------------- setup
     def _probe_spaces(self):
+        if self.cfg.env_service:
+            return self._probe_service_spaces()
         env = self.registry.make(self.cfg.env, self.cfg, EnvContext(worker_index=-1, env_index=-1, seed=self.seed))
         try:
             return env.observation_space, env.action_space
         finally:
             env.close()
+
+    def _probe_service_spaces(self):
+        """--env_service: the spaces from the first server that answers, which must serve --env."""
+        from envs.env_pool import EnvPool
+        from envs.remote_env import ServiceError, close_context
+        from sf_core.service_config import parse_service
+
+        endpoints = parse_service(self.cfg.env_service)
+        pool = EnvPool([(e.address, 0) for e in endpoints], self.cfg.env, self.cfg.env_service_timeout)
+        try:
+            pool.describe()
+            return pool.spaces()
+        except ServiceError as exc:
+            raise ConfigError(f"--env_service: {exc}; start the servers first, e.g. python -m sf_core.env_server "
+                              f"--env={self.cfg.env} --port={endpoints[0].port} --capacity={endpoints[0].capacity}"
+                              ) from None
+        finally:
+            pool.close()
+            close_context()  # no ZeroMQ I/O threads in a process about to fork the workers
 
     def _build(self, resume: bool = False, start_method: str | None = None) -> None:
         cfg = self.cfg if start_method is None else replace(self.cfg, mp_start_method=start_method)

@@ -1,0 +1,216 @@
+"""Env services: --env_service arithmetic, the server's protocol and robustness, the slot pool's lifecycle,
+and training on envs served by servers that fail and come back."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import zmq
+
+from envs.env_pool import EnvPool, PooledEnv, PoolTimeout, SlotLost
+from envs.remote_env import RemoteEnv, ServiceTimeout
+from sf_core.config import ConfigError, parse_args
+from sf_core.service_config import ServiceConfigError, parse_service, worker_slice
+from tests.conftest import REPO, run_cli
+from tests.helpers import EnvServerProcess, read_summary, wait_for
+
+
+# ------------------------------------------------------------------ configuration
+
+
+def test_service_flag_and_yaml_give_the_same_slots(tmp_path):
+    flag = parse_service("127.0.0.1:5555*4,10.0.0.2:6000*2")
+    path = tmp_path / "services.yaml"
+    path.write_text("endpoints:\n  - 127.0.0.1:5555*4\n  - {host: 10.0.0.2, port: 6000, capacity: 2}\n")
+    assert parse_service(str(path)) == flag
+    # 6 slots over 4 workers: contiguous slices of 1, the first 2 workers with a spare slot
+    slices = [[str(s) for s in worker_slice(flag, 4, w)] for w in range(4)]
+    assert slices == [["127.0.0.1:5555#0", "127.0.0.1:5555#1"], ["127.0.0.1:5555#2", "127.0.0.1:5555#3"],
+                      ["10.0.0.2:6000#0"], ["10.0.0.2:6000#1"]]
+    cfg, _ = parse_args(["--env=CartPole-v1", "--num_workers=4", "--env_service=127.0.0.1:5555*4,127.0.0.1:5556*4"])
+    assert cfg.num_envs_per_worker == 2 and cfg.worker_num_splits == 2  # the share, not the preset's 64
+
+
+@pytest.mark.parametrize("value, message", [
+    ("127.0.0.1:5555", "has no capacity"),
+    ("127.0.0.1*4", "has no host:port"),
+    ("127.0.0.1:5555*0", "must be at least 1"),
+    ("127.0.0.1:port*4", "must be integers"),
+    ("127.0.0.1:5555*2,127.0.0.1:5555*2", "lists 127.0.0.1:5555 twice"),
+    ("missing.yaml", "no such file"),
+])
+def test_bad_service_values_are_explained(value, message):
+    with pytest.raises(ServiceConfigError, match=re.escape(message)):
+        parse_service(value)
+
+
+def test_too_little_capacity_is_rejected_before_anything_starts(tmp_path):
+    """Done-when 4: fewer slots than workers fails at parse time, with the arithmetic, exit code 2."""
+    result = run_cli([f"--train_dir={tmp_path}", "--experiment=x", "--env=CartPole-v1", "--num_workers=4",
+                      "--env_service=127.0.0.1:5555*2,127.0.0.1:5556*1"], timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert ("--env_service has 127.0.0.1:5555*2 + 127.0.0.1:5556*1 = 3 slots but --num_workers=4: each rollout "
+            "worker needs at least one slot (3 < 4)") in result.stderr
+    assert not os.path.exists(tmp_path / "x")  # nothing started, nothing written
+    with pytest.raises(ConfigError, match=re.escape("= 8 slots // 4 workers = 2 envs per worker")):
+        parse_args(["--env=CartPole-v1", "--num_workers=4", "--num_envs_per_worker=8",
+                    "--env_service=127.0.0.1:5555*4,127.0.0.1:5556*4"])
+
+
+# ------------------------------------------------------------------ server and client
+
+
+@pytest.fixture
+def cartpole_server(tmp_path):
+    server = EnvServerProcess(tmp_path, "CartPole-v1", 2)
+    try:
+        yield server.start()
+    finally:
+        server.kill()
+
+
+def test_remote_env_is_the_env(cartpole_server):
+    """Same seed, same actions: the remote CartPole gives exactly what a local one does."""
+    remote = RemoteEnv(f"127.0.0.1:{cartpole_server.port}", slot=1)
+    local = gym.make("CartPole-v1")
+    try:
+        assert remote.observation_space == local.observation_space and remote.action_space == local.action_space
+        from gymnasium.utils.env_checker import check_env
+
+        check_env(remote, skip_render_check=True)
+        (r_obs, _), (l_obs, _) = remote.reset(seed=7), local.reset(seed=7)
+        np.testing.assert_array_equal(r_obs, l_obs)
+        rng = np.random.default_rng(0)
+        for _ in range(200):
+            action = int(rng.integers(2))
+            r, l = remote.step(action), local.step(action)
+            np.testing.assert_array_equal(r[0], l[0])
+            assert r[1:4] == tuple(l[1:4])
+            if l[2] or l[3]:
+                break
+    finally:
+        remote.close()
+        local.close()
+
+
+def _raw_request(sock, frames, timeout_ms=3000):
+    sock.send_multipart(frames)
+    assert sock.poll(timeout_ms), "the server did not answer"
+    reply = sock.recv_multipart()
+    return json.loads(reply[0]), reply[1:]
+
+
+def test_malformed_truncated_and_oversized_requests_get_errors(cartpole_server):
+    address = f"tcp://127.0.0.1:{cartpole_server.port}"
+    context = zmq.Context()
+    sock = context.socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(address)
+    import pickle
+
+    action = np.array(1, np.int64).tobytes()
+    bad = {
+        "not json": [b"\x80\x04garbage\xff"],
+        "a pickle": [pickle.dumps({"cmd": "step"})],
+        "not an object": [b"[1, 2, 3]"],
+        "unknown command": [b'{"cmd": "exec", "slot": 0}'],
+        "slot out of range": [b'{"cmd": "reset", "slot": 9}'],
+        "slot not an int": [b'{"cmd": "reset", "slot": "0"}'],
+        "object dtype": [b'{"cmd": "step", "slot": 0, "arrays": [{"dtype": "|O", "shape": []}]}', action],
+        "truncated array": [b'{"cmd": "step", "slot": 0, "arrays": [{"dtype": "<i8", "shape": []}]}', action[:3]],
+        "missing frame": [b'{"cmd": "step", "slot": 0, "arrays": [{"dtype": "<i8", "shape": []}]}'],
+        "extra frame": [b'{"cmd": "reset", "slot": 0}', b"xx"],
+        "wrong shape": [b'{"cmd": "step", "slot": 0, "arrays": [{"dtype": "<i8", "shape": [1]}]}', action],
+        "action outside the space": [b'{"cmd": "step", "slot": 0, "arrays": [{"dtype": "<i8", "shape": []}]}',
+                                     np.array(5, np.int64).tobytes()],
+        "oversized": [b'{"cmd": "reset", "slot": 0, "arrays": [{"dtype": "|u1", "shape": [3000000]}]}',
+                      bytes(3_000_000)],
+        "huge header": [b'{"cmd": "ping", "pad": "' + b"x" * 100_000 + b'"}'],
+        "deep nesting": [b"[" * 100_000 + b"]" * 100_000],
+    }
+    try:
+        for what, frames in bad.items():
+            header, _ = _raw_request(sock, frames)
+            assert header["ok"] is False and header["error"], what
+        # beyond zmq's hard cap the server drops the connection without reading it: no answer, no crash
+        sock.send_multipart([b'{"cmd": "ping"}', bytes(64 << 20)])
+        assert not sock.poll(1000)
+        sock.close(0)
+        sock = context.socket(zmq.REQ)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(address)
+        # ...and it still serves, slots intact
+        header, frames = _raw_request(sock, [b'{"cmd": "reset", "slot": 0, "seed": 3}'])
+        assert header["ok"] and len(frames) == 1 and len(frames[0]) == 16
+        header, _ = _raw_request(sock, [b'{"cmd": "step", "slot": 0, "arrays": [{"dtype": "<i8", "shape": []}]}',
+                                        action])
+        assert header["ok"] and header["reward"] == 1.0
+        assert cartpole_server.proc.poll() is None
+    finally:
+        sock.close(0)
+        context.term()
+
+
+def test_dead_server_never_blocks_a_client(tmp_path):
+    server = EnvServerProcess(tmp_path, "CartPole-v1", 1).start()
+    env = RemoteEnv(f"127.0.0.1:{server.port}", timeout=0.5)
+    try:
+        env.reset(seed=0)
+        server.kill()
+        started = time.time()
+        with pytest.raises(ServiceTimeout):
+            env.step(0)
+        assert time.time() - started < 2.0
+        server.start()  # the same port again: the client's next socket reaches it
+        obs, _ = env.reset(seed=0)
+        assert obs.shape == (4,)
+    finally:
+        env.close()
+        server.kill()
+
+
+# ------------------------------------------------------------------ pool lifecycle
+
+
+def test_pool_acquires_with_timeout_fails_over_and_readmits(tmp_path):
+    a = EnvServerProcess(tmp_path, "CartPole-v1", 1).start()
+    b = EnvServerProcess(tmp_path, "CartPole-v1", 1).start()
+    pool = EnvPool([(f"127.0.0.1:{a.port}", 0), (f"127.0.0.1:{b.port}", 0)], "CartPole-v1", timeout=0.5,
+                   recheck_interval=0.3)
+    envs = [PooledEnv(pool, acquire_timeout=1.0) for _ in range(3)]
+    try:
+        envs[0].reset(seed=0)
+        envs[1].reset(seed=1)
+        assert pool.counts()["busy"] == 2
+        started = time.time()
+        with pytest.raises(PoolTimeout):  # full: waits for its timeout, not forever
+            envs[2].reset(seed=2)
+        assert 0.9 < time.time() - started < 3.0
+        on_a = next(e for e in envs[:2] if e.slot.address.endswith(str(a.port)))
+        on_b = next(e for e in envs[:2] if e is not on_a)
+        a.kill()
+        with pytest.raises(SlotLost):
+            on_a.step(0)
+        assert pool.counts() == {"idle": 0, "busy": 1, "error": 1, "stopped": 0}
+        on_b.close()  # restored to a fresh instance and back in the pool
+        obs, _ = on_a.reset(seed=4)  # the env continues on the other slot
+        assert on_a.slot.address.endswith(str(b.port)) and obs.shape == (4,)
+        on_a.close()
+        a.start()
+        wait_for(lambda: pool.health_check() or pool.counts()["error"] == 0, 15, "the restarted slot re-admitted")
+        assert pool.counts() == {"idle": 2, "busy": 0, "error": 0, "stopped": 0}
+        assert pool.readmitted_total == 1
+    finally:
+        for env in envs:
+            env.close()
+        pool.close()
+        a.kill()
+        b.kill()
