@@ -118,17 +118,18 @@ class EnvPool:
         return slot.env
 
     # ---------------------------------------------------------------- lifecycle
-    def acquire(self, timeout: float) -> Slot:
-        """A healthy slot, now busy; PoolTimeout if none within `timeout` seconds."""
+    def acquire(self, timeout: float, avoid: frozenset[str] = frozenset()) -> Slot:
+        """A healthy slot, now busy; PoolTimeout if none within `timeout` seconds. Slots named in `avoid`
+        (where this work failed before) are taken only if no other slot of the pool can serve."""
         deadline = time.monotonic() + timeout
         while True:
             with self.cond:
-                slot = self._take_idle()
+                slot = self._take_idle(avoid)
                 if slot is not None:
                     return slot
             self.health_check()
             with self.cond:
-                slot = self._take_idle()
+                slot = self._take_idle(avoid)
                 if slot is not None:
                     return slot
                 remaining = deadline - time.monotonic()
@@ -136,11 +137,14 @@ class EnvPool:
                     raise PoolTimeout(f"no healthy env slot within {timeout:g}s ({self.summary()})")
                 self.cond.wait(min(remaining, self.recheck_interval / 2))
 
-    def _take_idle(self) -> Slot | None:
+    def _take_idle(self, avoid: frozenset[str] = frozenset()) -> Slot | None:
         idle = [s for s in self.slots if s.state is SlotState.IDLE]
+        preferred = [s for s in idle if s.name not in avoid]
+        if not preferred and any(s.state is SlotState.BUSY and s.name not in avoid for s in self.slots):
+            return None  # a slot not tried yet will come free: wait for it
         if not idle:
             return None
-        slot = min(idle, key=lambda s: s.uses)  # spread work over the slots
+        slot = min(preferred or idle, key=lambda s: s.uses)  # spread work over the slots
         slot.state = SlotState.BUSY
         slot.uses += 1
         return slot
@@ -242,8 +246,8 @@ class PooledEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, pool: EnvPool, acquire_timeout: float = 1.0):
-        self.pool, self.acquire_timeout = pool, acquire_timeout
+    def __init__(self, pool: EnvPool, acquire_timeout: float = 1.0, avoid: frozenset[str] = frozenset()):
+        self.pool, self.acquire_timeout, self.avoid = pool, acquire_timeout, frozenset(avoid)
         self.observation_space, self.action_space = pool.spaces()
         self.slot: Slot | None = None
 
@@ -261,7 +265,7 @@ class PooledEnv(gym.Env):
         deadline = time.monotonic() + self.acquire_timeout
         while True:
             if self.slot is None:
-                self.slot = self.pool.acquire(max(0.0, deadline - time.monotonic()))
+                self.slot = self.pool.acquire(max(0.0, deadline - time.monotonic()), self.avoid)
             try:
                 return self.pool._connect(self.slot).reset(seed=seed, options=options)
             except ServiceError as exc:
