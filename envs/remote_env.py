@@ -71,12 +71,11 @@ class EnvClient:
         sock = self._socket()
         timeout_ms = int(1000 * (self.timeout if timeout is None else timeout))
         try:
-            if not sock.poll(timeout_ms, zmq.POLLOUT):
-                raise zmq.Again()
+            # a REQ socket queues the request even before it connects: NOBLOCK fails only on a full pipe
             sock.send_multipart(pack(header, arrays), flags=zmq.NOBLOCK)
             if not sock.poll(timeout_ms, zmq.POLLIN):
                 raise zmq.Again()
-            frames = sock.recv_multipart(copy=False)
+            frames = sock.recv_multipart()  # copying is cheaper than zero-copy frames for small messages
         except zmq.ZMQError as exc:
             self.reset_socket()
             if isinstance(exc, zmq.Again):
@@ -84,7 +83,7 @@ class EnvClient:
                                      f"{timeout_ms / 1000:g}s") from None
             raise ServiceError(f"{self.address}: {exc}") from None
         try:
-            reply, out = unpack([f.buffer for f in frames], self.max_bytes)
+            reply, out = unpack(frames, self.max_bytes)
         except ProtocolError as exc:
             raise ServiceError(f"{self.address} sent a malformed reply: {exc}") from None
         if reply.get("ok") is not True:

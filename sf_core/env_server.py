@@ -74,22 +74,19 @@ class EnvServer:
     # ---------------------------------------------------------------- loop
     def serve(self) -> None:
         self.running = True
-        poller = zmq.Poller()
-        poller.register(self.socket, zmq.POLLIN)
         while self.running:
-            if not poller.poll(POLL_MS):
+            if not self.socket.poll(POLL_MS):
                 continue
             try:
-                frames = self.socket.recv_multipart(copy=False)
+                frames = self.socket.recv_multipart()
             except zmq.ZMQError:
                 continue
             # REQ envelope: [identity, b"", payload...]; anything else cannot be answered
             if len(frames) < 2 or len(frames[1]) != 0:
                 continue
-            envelope, payload = frames[:2], [f.buffer for f in frames[2:]]
-            reply = self.handle(payload)
+            reply = self.handle(frames[2:])
             try:
-                self.socket.send_multipart([*(f.bytes for f in envelope), *reply])
+                self.socket.send_multipart([*frames[:2], *reply])
             except zmq.ZMQError:  # the client went away meanwhile
                 pass
 
