@@ -7,11 +7,13 @@ Every slot is in one state:
                        └──failure (no answer, bad answer, env raised)──> error ──health check answers──> idle
     close: every slot -> stopped
 
-`acquire(timeout)` never blocks longer than its timeout. While it waits it health-checks failed slots
-(at most every `recheck_interval` seconds each) and re-admits those whose server answers again and
-restores a fresh instance. A slot that times out takes the other idle slots of its address down with it
-(they share the dead server), so nobody waits out the same timeout once per slot. The pool is
-thread-safe: the evaluator's task threads share one.
+`acquire(timeout)` never blocks longer than its timeout. From the first failure on, a background thread
+health-checks failed slots (each at most every `recheck_interval` seconds: a short `ping`, then a
+`restore`) and re-admits those whose server answers again, so no caller waits on a dead server for it.
+A slot that times out takes its server's other slots down with it (a server answers one request at a
+time, so the whole server is gone or hung): idle ones go to error at once, and the holders of busy ones
+fail at their next call instead of waiting out the same timeout again. The pool is thread-safe: the
+evaluator's task threads share one.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Slot:
     last_error: str = ""
     next_check: float = 0.0
     checking: bool = False
+    suspect: bool = False  # its server timed out on another slot: fail fast instead of waiting again
     uses: int = field(default=0)
 
     @property
@@ -77,6 +80,10 @@ class EnvPool:
         self.cond = threading.Condition()
         self.readmitted_total = 0
         self.failed_total = 0
+        # failed slots are checked on a background thread, started at the first failure, so that the
+        # caller's loop (a rollout worker's, with live envs on other slots) never waits on a dead server
+        self.checker: threading.Thread | None = None
+        self.closed = threading.Event()
 
     # ---------------------------------------------------------------- spaces
     def describe(self, timeout: float | None = None) -> dict:
@@ -127,7 +134,8 @@ class EnvPool:
                 slot = self._take_idle(avoid)
                 if slot is not None:
                     return slot
-            self.health_check()
+            if self.checker is None:
+                self.health_check()
             with self.cond:
                 slot = self._take_idle(avoid)
                 if slot is not None:
@@ -172,13 +180,27 @@ class EnvPool:
             slot.state, slot.last_error, slot.next_check = SlotState.ERROR, str(error), now + self.recheck_interval
             slot.failures += 1
             self.failed_total += 1
-            if isinstance(error, ServiceTimeout):  # the whole server is suspect: spare its other idle slots the wait
+            if isinstance(error, ServiceTimeout):
+                # a server answers one request at a time, so a timeout means the whole server is gone or
+                # hung: its idle slots are out too, and the holders of its busy ones fail at their next call
                 for other in self.slots:
                     if other.address == slot.address and other.state is SlotState.IDLE:
                         other.state, other.last_error, other.next_check = SlotState.ERROR, str(error), now
+                    elif other.address == slot.address and other.state is SlotState.BUSY:
+                        other.suspect = True
             self.cond.notify_all()
+            if self.checker is None:
+                self.checker = threading.Thread(target=self._check_failed_slots, name="env_pool_checker", daemon=True)
+                self.checker.start()
         log.warning("env slot %s failed (%s); out of service until it answers again [%s]", slot.name, error,
                     self.summary())
+
+    def _check_failed_slots(self) -> None:
+        while not self.closed.wait(self.recheck_interval / 2):
+            try:
+                self.health_check()
+            except Exception:  # noqa: BLE001 - a checker that dies would leave failed slots out for good
+                log.exception("env pool health check failed")
 
     def health_check(self) -> int:
         """Check the failed slots that are due; re-admit those that answer and restore. Returns how many."""
@@ -205,7 +227,7 @@ class EnvPool:
                 if slot.state is not SlotState.ERROR:
                     continue  # stopped meanwhile
                 if ok:
-                    slot.state = SlotState.IDLE
+                    slot.state, slot.suspect = SlotState.IDLE, False
                     slot.readmissions += 1
                     self.readmitted_total += 1
                     readmitted += 1
@@ -225,10 +247,13 @@ class EnvPool:
         return ", ".join(f"{n} {state}" for state, n in c.items() if n)
 
     def close(self) -> None:
+        self.closed.set()
         with self.cond:
             for slot in self.slots:
                 slot.state = SlotState.STOPPED
             self.cond.notify_all()
+        if self.checker is not None:
+            self.checker.join(timeout=self.timeout + 2 * PING_TIMEOUT_SEC)  # it may be inside a check
         for slot in self.slots:
             if slot.env is not None:
                 slot.env.close()
@@ -267,6 +292,7 @@ class PooledEnv(gym.Env):
             if self.slot is None:
                 self.slot = self.pool.acquire(max(0.0, deadline - time.monotonic()), self.avoid)
             try:
+                self._check_suspect()
                 return self.pool._connect(self.slot).reset(seed=seed, options=options)
             except ServiceError as exc:
                 lost = self._lose(exc)
@@ -277,9 +303,14 @@ class PooledEnv(gym.Env):
         if self.slot is None:
             raise SlotLost("this env lost its slot: call reset() to continue on another one")
         try:
+            self._check_suspect()
             return self.slot.env.step(action)
         except ServiceError as exc:
             raise self._lose(exc) from exc
+
+    def _check_suspect(self) -> None:
+        if self.slot.suspect:
+            raise ServiceTimeout(f"{self.slot.address} timed out on another slot ({self.slot.last_error or 'no answer'})")
 
     def close(self) -> None:
         if self.slot is not None:

@@ -209,6 +209,10 @@ class Config:
                               f"(register others with algo.algorithms.register_algorithm)")
         if self.env_service:
             self._validate_env_service()
+            if self.env_service_timeout >= self.heartbeat_timeout:
+                raise ConfigError(f"--env_service_timeout={self.env_service_timeout:g} must be shorter than "
+                                  f"--heartbeat_timeout={self.heartbeat_timeout:g}: a worker waiting on a server "
+                                  f"that long would be reported as stalled")
         if not self.batched_sampling:
             raise ConfigError("--batched_sampling=False (per-env sampling) is not implemented yet")
 
