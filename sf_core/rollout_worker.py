@@ -46,6 +46,7 @@ class RolloutWorker(Component):
         self.pool: EnvPool | None = None
         self.parked: dict[int, float] = {}
         self.slot_faults = 0
+        self.interrupted_episodes = 0  # episodes cut by a slot failure: never reported as finished
         self.readmitted_reported = 0
         self.stopping = False
         loop.start.connect(self.on_start)
@@ -154,6 +155,7 @@ class RolloutWorker(Component):
         if self.stopping:  # the pool closed under a step still queued: nothing failed
             return
         self.slot_faults += 1
+        self.interrupted_episodes += self.layout.envs_per_split
         log.warning("%s: %s; split %d drops its unfinished trajectory and continues on another slot",
                     self.name, error, split)
         self.beat("recovering env slots")
@@ -218,9 +220,10 @@ class RolloutWorker(Component):
         if self.pool is not None:
             readmitted = self.pool.readmitted_total
             report["service"] = {**self.pool.counts(), "slot_faults": self.slot_faults,
+                                 "interrupted_episodes": self.interrupted_episodes,
                                  "readmitted": readmitted - self.readmitted_reported,
                                  "waiting_envs": len(self.parked) * self.layout.envs_per_split}
-            self.slot_faults, self.readmitted_reported = 0, readmitted
+            self.slot_faults, self.interrupted_episodes, self.readmitted_reported = 0, 0, readmitted
         self.emit("report", report)
         self.frames, self.env_seconds, self.env_faults = 0, 0.0, 0
 

@@ -35,6 +35,7 @@ class TrainingStats:
         self.service: dict[int, dict[str, int]] = {}
         self.slot_faults = 0
         self.slot_readmissions = 0
+        self.interrupted_episodes = 0
         self.previous_seconds = 0.0  # training time of earlier sessions of a resumed experiment
         # how many components share each kind of work, to turn busy seconds into a busy fraction
         self.component_counts = component_counts or {"env_step": 1, "inference": 1, "learner": 1}
@@ -56,6 +57,7 @@ class TrainingStats:
                 self.service[report["worker"]] = service
                 self.slot_faults += service["slot_faults"]
                 self.slot_readmissions += service["readmitted"]
+                self.interrupted_episodes += service["interrupted_episodes"]
             for ret, length in report["episodes"]:
                 self.returns.append(ret)
                 self.lengths.append(length)
@@ -117,6 +119,7 @@ class TrainingStats:
             "worker_restarts": self.worker_restarts,
             "checkpoints_saved": self.checkpoints_saved,
             "slot_faults": self.slot_faults, "slot_readmissions": self.slot_readmissions,
+            "interrupted_episodes": self.interrupted_episodes,
             "final_learner_stats": dict(self.learner),
         }
 
@@ -145,6 +148,7 @@ class TrainingStats:
                 w.add_scalar(f"service/{key}", value, step)
             w.add_scalar("service/slot_faults_total", self.slot_faults, step)
             w.add_scalar("service/readmissions_total", self.slot_readmissions, step)
+            w.add_scalar("service/interrupted_episodes_total", self.interrupted_episodes, step)
         w.add_scalar("perf/training_hours", (self.previous_seconds + self.elapsed()) / 3600, step)
         for key, value in self.learner.items():
             if key == "policy_lag_mean":

@@ -269,7 +269,8 @@ def test_failed_slot_drops_the_unfinished_trajectory_and_the_split_waits_for_a_s
         step_until(2)
         assert sent[2:] == [{2.0}, {2.0}], "a trajectory mixed rows of the dead slot into the learner's data"
         worker.send_report()
-        assert reports[-1]["service"]["slot_faults"] == 1 and reports[-1]["service"]["error"] == 1
+        service = reports[-1]["service"]
+        assert service["slot_faults"] == 1 and service["interrupted_episodes"] == 1 and service["error"] == 1
 
         b.kill()  # now every slot of this worker is down: the split waits, reduced capacity is reported
         worker.advance([0])
@@ -335,6 +336,7 @@ def test_training_solves_cartpole_on_two_servers_one_killed_and_restarted(tmp_pa
             "\n".join(outage)
         assert "env slots: 8 busy, 0 spare, 0 failed" in lines[-1][1]
         assert summary["slot_faults"] >= 4 and summary["slot_readmissions"] == 4
+        assert summary["interrupted_episodes"] == summary["slot_faults"]  # 1 env per split
         # the throughput figures around the outage, for the record (docs/env_services.md)
         print("frames per console line:", [b - a for a, b in zip(frames, frames[1:])],
               "kill at", killed_at, "restart at", restarted_at)
