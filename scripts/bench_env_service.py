@@ -7,7 +7,9 @@
 Both loops step with the same pre-drawn random actions and reset when an episode ends. The remote loop
 goes through `RemoteEnv` (a ZeroMQ request per step: JSON header plus the raw action, the raw observation
 back) to `python -m sf_core.env_server` started here as a subprocess; `--pooled` adds the pool layer
-(PooledEnv) the trainer uses. Prints one JSON line: steps/s both ways, the ratio and the overhead per step.
+(PooledEnv) the trainer uses. A ZeroMQ REQ/REP echo of a step-sized message (no JSON, no env) measures the
+transport alone. Prints one JSON line: steps/s of each (best and median of --repeats passes), the ratio
+and the overhead per step.
 """
 
 from __future__ import annotations
@@ -24,15 +26,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
+import multiprocessing  # noqa: E402
+import statistics  # noqa: E402
+
 import gymnasium as gym  # noqa: E402
+import zmq  # noqa: E402
 
 from envs.env_pool import EnvPool, PooledEnv  # noqa: E402
 from envs.remote_env import RemoteEnv  # noqa: E402
 
 
-def steps_per_second(env: gym.Env, actions: list, repeats: int) -> float:
-    """Best of `repeats` timed passes (the machine is shared: the best pass is the least disturbed)."""
-    best = 0.0
+def steps_per_second(env: gym.Env, actions: list, repeats: int) -> list[float]:
+    """Steps/s of each of `repeats` timed passes (the machine is shared: passes differ)."""
+    rates = []
     for r in range(repeats):
         env.reset(seed=r)
         started = time.perf_counter()
@@ -40,8 +46,41 @@ def steps_per_second(env: gym.Env, actions: list, repeats: int) -> float:
             _, _, terminated, truncated, _ = env.step(action)
             if terminated or truncated:
                 env.reset()
-        best = max(best, len(actions) / (time.perf_counter() - started))
-    return best
+        rates.append(len(actions) / (time.perf_counter() - started))
+    return rates
+
+
+def _echo(port: int) -> None:
+    context = zmq.Context()
+    sock = context.socket(zmq.REP)
+    sock.bind(f"tcp://127.0.0.1:{port}")
+    while (message := sock.recv_multipart())[0] != b"quit":
+        sock.send_multipart(message)
+    sock.send(b"")
+
+
+def echo_round_trips_per_second(n: int, repeats: int) -> list[float]:
+    """The transport alone: a ZeroMQ REQ/REP echo of a step-sized message, no JSON, no env."""
+    probe = zmq.Context().socket(zmq.REQ)
+    port = probe.bind_to_random_port("tcp://127.0.0.1")
+    probe.close(0)
+    server = multiprocessing.get_context("spawn").Process(target=_echo, args=(port,))
+    server.start()
+    sock = zmq.Context.instance().socket(zmq.REQ)
+    sock.connect(f"tcp://127.0.0.1:{port}")
+    message = [b'{"cmd": "step", "slot": 0, "arrays": [{"dtype": "<i8", "shape": []}]}', bytes(8)]
+    rates = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for _ in range(n):
+            sock.send_multipart(message)
+            sock.recv_multipart()
+        rates.append(n / (time.perf_counter() - started))
+    sock.send(b"quit")
+    sock.recv()
+    sock.close(0)
+    server.join(timeout=10)
+    return rates
 
 
 def start_server(env: str) -> tuple[subprocess.Popen, int, str]:
@@ -64,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="CartPole-v1")
     p.add_argument("--steps", type=int, default=20_000)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--pooled", action="store_true", help="Through PooledEnv (the trainer's path), not RemoteEnv.")
     args = p.parse_args(argv)
 
@@ -89,11 +128,21 @@ def main(argv: list[str] | None = None) -> int:
         proc.terminate()
         proc.wait(timeout=10)
         os.unlink(log)
+    echo = echo_round_trips_per_second(args.steps, args.repeats)
+    # best pass (least disturbed by other processes) and median pass of each
+    best = {"local": max(local_sps), "remote": max(remote_sps), "echo": max(echo)}
+    median = {"local": statistics.median(local_sps), "remote": statistics.median(remote_sps),
+              "echo": statistics.median(echo)}
     print(json.dumps({
-        "env": args.env, "steps": args.steps, "path": "PooledEnv" if args.pooled else "RemoteEnv",
-        "in_process_steps_per_s": round(local_sps), "remote_steps_per_s": round(remote_sps),
-        "remote_over_local": round(remote_sps / local_sps, 4),
-        "overhead_us_per_step": round(1e6 / remote_sps - 1e6 / local_sps, 1),
+        "env": args.env, "steps": args.steps, "repeats": args.repeats,
+        "path": "PooledEnv" if args.pooled else "RemoteEnv", "load_average_1min": os.getloadavg()[0],
+        **{f"{k}_{name}": round(v[key]) for k, v in (("best", best), ("median", median))
+           for key, name in (("local", "in_process_steps_per_s"), ("remote", "remote_steps_per_s"),
+                             ("echo", "zmq_echo_round_trips_per_s"))},
+        "best_remote_over_local": round(best["remote"] / best["local"], 4),
+        "best_overhead_us_per_step": round(1e6 / best["remote"] - 1e6 / best["local"], 1),
+        "median_overhead_us_per_step": round(1e6 / median["remote"] - 1e6 / median["local"], 1),
+        "best_transport_us_per_step": round(1e6 / best["echo"], 1),
     }))
     return 0
 
