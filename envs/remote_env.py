@@ -142,7 +142,7 @@ class RemoteEnv(gym.Env):
         if obs.shape != space.shape or obs.dtype != space.dtype:
             raise ServiceError(f"{self.address} sent a {obs.dtype}{list(obs.shape)} observation, its space is "
                                f"{space.dtype}{list(space.shape)}")
-        return obs
+        return obs.copy()  # writable, as a local env's observation would be (frombuffer gives a read-only view)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
         super().reset(seed=seed)  # the client's own RNG (gymnasium's contract); the env's is on the server

@@ -293,10 +293,11 @@ class Coordinator:
         while self.alive and time.time() < deadline:
             self._collect(timeout=0.2)
         for w, proc in self.procs.items():
+            proc.join(timeout=max(0.0, deadline - time.time()))  # a worker that said goodbye is exiting
             if proc.is_alive():
                 log.warning("eval worker %d did not stop in time: killing it", w)
                 proc.kill()
-            proc.join(timeout=5)
+                proc.join(timeout=5)
 
 
 def setup_logging() -> None:

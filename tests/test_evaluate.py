@@ -119,3 +119,34 @@ def test_bad_tasks_and_services_are_rejected_before_anything_starts(tmp_path):
         assert result.returncode == 2 and "bad.jsonl:1: episodes must be a positive integer" in result.stderr
     finally:
         server.kill()
+
+
+@pytest.mark.timeout(120)
+def test_trained_policy_evaluated_on_served_env(tmp_path):
+    """--experiment: the tasks are played by the experiment's policy. Deterministic actions and episode k
+    seeded seed + k give exactly the returns sf_core.enjoy gets with the same policy on a local env."""
+    import sf_core.enjoy
+    from tests.helpers import train
+
+    code, _ = train(tmp_path, "--env=CartPole-v1", "--serial_mode=True", "--num_workers=1",
+                    "--train_for_env_steps=5000", experiment="policy")
+    assert code == 0
+    assert sf_core.enjoy.main([f"--train_dir={tmp_path}", "--experiment=policy", "--max_num_episodes=3",
+                               "--eval_deterministic=True", "--seed=5"]) == 0
+    with open(tmp_path / "policy" / "eval_results.json") as f:
+        local_returns = json.load(f)["returns"]
+    server = EnvServerProcess(tmp_path, "CartPole-v1", 2)
+    try:
+        server.start()
+        (tmp_path / "tasks.jsonl").write_text(
+            "".join(json.dumps({"id": f"t{i}", "env": "CartPole-v1", "seed": 5, "episodes": 3}) + "\n" for i in range(2)))
+        out = tmp_path / "results.jsonl"
+        result = run_evaluate(f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={server.spec}", "--num_workers=1",
+                              f"--train_dir={tmp_path}", "--experiment=policy", "--eval_deterministic=True",
+                              f"--output={out}")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "did not stop in time" not in result.stdout
+        lines = read_results(out)
+        assert [r["returns"] for r in lines] == [local_returns, local_returns]
+    finally:
+        server.kill()
