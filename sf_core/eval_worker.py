@@ -10,6 +10,7 @@ goes back to the coordinator, which decides about retries and writes the result 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import signal
 import threading
 import time
@@ -125,11 +126,15 @@ def worker_main(spec: WorkerSpec, tasks, results, stop) -> None:
         results.put({"kind": "worker_error", "worker": spec.worker, "error": f"{type(exc).__name__}: {exc}"})
         return
 
+    parent = multiprocessing.parent_process()
+
     def consume() -> None:
         while not stop.is_set():
             try:
                 task = tasks.get(timeout=0.2)
             except Empty:
+                if parent is not None and not parent.is_alive():
+                    return  # the coordinator was killed outright: do not linger as an orphan
                 continue
             if task is None:
                 return

@@ -309,7 +309,8 @@ def test_training_solves_cartpole_on_two_servers_one_killed_and_restarted(tmp_pa
                  "--target_mean_return=475", "--train_for_seconds=200", "--seed=3", "--report_interval=1",
                  # 8 envs in all: a higher learning rate and smaller datasets than the 128-env preset
                  "--learning_rate=0.001", "--batch_size=512",
-                 "--env_service_timeout=1", "--env_service_recheck_interval=0.5"],
+                 "--env_service_timeout=1", "--env_service_recheck_interval=0.5",
+                 "--experiment_summaries_interval=0.5"],
                 stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=REPO), cwd=REPO)
 
         def console() -> list[tuple[int, str]]:
@@ -337,6 +338,16 @@ def test_training_solves_cartpole_on_two_servers_one_killed_and_restarted(tmp_pa
         assert "env slots: 8 busy, 0 spare, 0 failed" in lines[-1][1]
         assert summary["slot_faults"] >= 4 and summary["slot_readmissions"] == 4
         assert summary["interrupted_episodes"] == summary["slot_faults"]  # 1 env per split
+        # ...and in TensorBoard: slots failed and envs waiting during the outage, none at the end
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        tb = EventAccumulator(str(tmp_path / "svc" / "tb"), size_guidance={"scalars": 0})
+        tb.Reload()
+        failed = [e.value for e in tb.Scalars("service/error")]
+        waiting = [e.value for e in tb.Scalars("service/waiting_envs")]
+        busy = [e.value for e in tb.Scalars("service/busy")]
+        assert max(failed) == 4 and failed[-1] == 0 and max(waiting) == 4 and waiting[-1] == 0, (failed, waiting)
+        assert min(busy) == 4 and busy[-1] == 8
         # the throughput figures around the outage, for the record (docs/env_services.md)
         print("frames per console line:", [b - a for a, b in zip(frames, frames[1:])],
               "kill at", killed_at, "restart at", restarted_at)
