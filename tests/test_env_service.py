@@ -357,3 +357,55 @@ def test_training_solves_cartpole_on_two_servers_one_killed_and_restarted(tmp_pa
             trainer.wait(timeout=10)
         for s in servers:
             s.kill()
+
+
+class _SnapshotCartPole(gym.Wrapper):
+    """CartPole with a snapshot hook (counted) that raises when told to (action 1 on its 2nd step)."""
+
+    restores = 0
+
+    def __init__(self):
+        super().__init__(gym.make("CartPole-v1"))
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == 2 and action == 1:
+            raise RuntimeError("boom")
+        return self.env.step(action)
+
+    def restore_snapshot(self):
+        type(self).restores += 1
+        self.steps = 0
+
+
+def _make_snapshot_env(name, cfg, ctx):
+    return _SnapshotCartPole()
+
+
+def test_server_instance_lifecycle_broken_until_restored():
+    """In-process: an env that raises breaks only its own slot; restore uses the env's snapshot hook when
+    the instance is healthy and rebuilds it when broken."""
+    from envs.env_protocol import pack
+    from envs.registry import EnvRegistry
+    from sf_core.env_server import EnvServer
+
+    def call(header, arrays=()):
+        return json.loads(server.handle(pack(header, list(arrays)))[0])
+
+    server = EnvServer("Snap-v0", 2, registry=EnvRegistry({"Snap-v0": _make_snapshot_env}))
+    try:
+        one = np.array(1, np.int64)
+        assert call({"cmd": "reset", "slot": 0, "seed": 1})["ok"]
+        assert call({"cmd": "restore", "slot": 0})["ok"] and _SnapshotCartPole.restores == 1  # the hook
+        assert call({"cmd": "step", "slot": 0}, [one])["ok"]
+        failed = call({"cmd": "step", "slot": 0}, [one])
+        assert not failed["ok"] and "env failed on slot 0: RuntimeError: boom" in failed["error"]
+        assert call({"cmd": "ping"})["slots"] == ["broken", "ok"]
+        assert "restore it first" in call({"cmd": "step", "slot": 0}, [one])["error"]
+        assert call({"cmd": "reset", "slot": 1})["ok"]  # the other instance is untouched
+        assert call({"cmd": "restore", "slot": 0})["ok"] and _SnapshotCartPole.restores == 1  # rebuilt instead
+        assert call({"cmd": "ping"})["slots"] == ["ok", "ok"]
+        assert call({"cmd": "reset", "slot": 0})["ok"] and call({"cmd": "step", "slot": 0}, [one])["ok"]
+    finally:
+        server.close()
