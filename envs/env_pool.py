@@ -10,9 +10,10 @@ Every slot is in one state:
 `acquire(timeout)` never blocks longer than its timeout. From the first failure on, a background thread
 health-checks failed slots (each at most every `recheck_interval` seconds: a short `ping`, then a
 `restore`) and re-admits those whose server answers again, so no caller waits on a dead server for it.
-A slot that times out takes its server's other slots down with it (a server answers one request at a
-time, so the whole server is gone or hung): idle ones go to error at once, and the holders of busy ones
-fail at their next call instead of waiting out the same timeout again. The pool is thread-safe: the
+A slot that times out on a server that does not answer a quick ping either takes that server's other
+slots down with it: idle ones go to error at once, and the holders of busy ones fail at their next call
+instead of waiting out the same timeout again. (If the server still answers, only that instance is
+stuck: a server with --parallel=True keeps answering while one of its instances hangs.) The pool is thread-safe: the
 evaluator's task threads share one.
 """
 
@@ -28,7 +29,7 @@ from typing import Any
 import gymnasium as gym
 
 from envs.env_protocol import space_from_json
-from envs.remote_env import RemoteEnv, ServiceError, ServiceTimeout
+from envs.remote_env import EnvClient, RemoteEnv, ServiceError, ServiceTimeout
 
 log = logging.getLogger("sf_core")
 
@@ -173,6 +174,8 @@ class EnvPool:
 
     def mark_failed(self, slot: Slot, error: Exception | str) -> None:
         """Take a slot out of service until a health check re-admits it."""
+        # a timeout on one slot: is the whole server gone, or only this instance stuck (--parallel)?
+        server_down = isinstance(error, ServiceTimeout) and not self._answers(slot.address)
         now = time.monotonic()
         with self.cond:
             if slot.state is SlotState.STOPPED:
@@ -180,9 +183,7 @@ class EnvPool:
             slot.state, slot.last_error, slot.next_check = SlotState.ERROR, str(error), now + self.recheck_interval
             slot.failures += 1
             self.failed_total += 1
-            if isinstance(error, ServiceTimeout):
-                # a server answers one request at a time, so a timeout means the whole server is gone or
-                # hung: its idle slots are out too, and the holders of its busy ones fail at their next call
+            if server_down:  # its idle slots are out too, and the holders of busy ones fail at their next call
                 for other in self.slots:
                     if other.address == slot.address and other.state is SlotState.IDLE:
                         other.state, other.last_error, other.next_check = SlotState.ERROR, str(error), now
@@ -194,6 +195,17 @@ class EnvPool:
                 self.checker.start()
         log.warning("env slot %s failed (%s); out of service until it answers again [%s]", slot.name, error,
                     self.summary())
+
+    @staticmethod
+    def _answers(address: str) -> bool:
+        client = EnvClient(address, PING_TIMEOUT_SEC)
+        try:
+            client.request({"cmd": "ping"})
+            return True
+        except ServiceError:
+            return False
+        finally:
+            client.close()
 
     def _check_failed_slots(self) -> None:
         while not self.closed.wait(self.recheck_interval / 2):

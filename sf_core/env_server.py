@@ -5,8 +5,11 @@ format in envs/env_protocol.py: a JSON header and raw array frames, never pickle
 an instance (its slot). A request that is malformed, truncated or too big is answered with an error and
 the server carries on; an env that raises marks only its instance broken until a `restore` rebuilds it.
 
-The server steps one request at a time: for a simulator that needs its own core, run one server per
-core (or per GPU) and list them all in --env_service.
+By default the server answers one request at a time: the least overhead for envs written in Python. With
+--parallel=True each instance has its own thread, so instances step at the same time when the env
+releases the GIL while it works (a C++ or GPU simulator, a subprocess, a VM over the network); the main
+thread keeps receiving, validating and answering hello/ping meanwhile. For a Python env that needs
+its own core, run one server per core instead and list them all in --env_service.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import queue
 import signal
 import sys
+import threading
 import time
 import traceback
 from typing import Any, Sequence
@@ -26,6 +31,7 @@ import zmq
 from envs.env_protocol import (COMMANDS, PROTOCOL_VERSION, ProtocolError, error_reply, json_info, max_message_bytes,
                                pack, space_array, space_to_json, space_value, unpack)
 from envs.registry import EnvContext, EnvRegistry, registry_snapshot
+from sf_core.config import str2bool
 
 log = logging.getLogger("sf_core.env_server")
 
@@ -37,7 +43,8 @@ class EnvServer:
     """C env instances behind one ROUTER socket. `serve()` runs until `stop()` (or a signal)."""
 
     def __init__(self, env: str, capacity: int, host: str = "127.0.0.1", port: int = 0, seed: int = 0,
-                 registry: EnvRegistry | None = None, cfg: Any = None, max_bytes: int | None = None):
+                 registry: EnvRegistry | None = None, cfg: Any = None, max_bytes: int | None = None,
+                 parallel: bool = False):
         if capacity < 1:
             raise ValueError(f"--capacity must be at least 1, got {capacity}")
         from sf_core.config import Config
@@ -67,6 +74,17 @@ class EnvServer:
             self.port = self.socket.bind_to_random_port(f"tcp://{host}")
         self.host = host
         self.running = False
+        self.parallel = parallel
+        self.threads: list[threading.Thread] = []
+        if parallel:  # one inbox and thread per instance; replies come back over an inproc socket
+            self.inboxes: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(capacity)]
+            self.replies_address = f"inproc://env_server_replies_{id(self)}"
+            self.replies = self.context.socket(zmq.PULL)
+            self.replies.bind(self.replies_address)
+            for i in range(capacity):
+                thread = threading.Thread(target=self._instance_loop, args=(i,), name=f"instance_{i}", daemon=True)
+                thread.start()
+                self.threads.append(thread)
 
     def _make(self, i: int) -> gym.Env:
         return self.registry.make(self.env_name, self.cfg, EnvContext(worker_index=0, env_index=i, seed=self.seed + i))
@@ -74,8 +92,15 @@ class EnvServer:
     # ---------------------------------------------------------------- loop
     def serve(self) -> None:
         self.running = True
+        poller = zmq.Poller()
+        poller.register(self.socket, zmq.POLLIN)
+        if self.parallel:
+            poller.register(self.replies, zmq.POLLIN)
         while self.running:
-            if not self.socket.poll(POLL_MS):
+            ready = dict(poller.poll(POLL_MS))
+            if self.parallel and self.replies in ready:  # an instance thread finished a request
+                self._send(self.replies.recv_multipart())
+            if self.socket not in ready:
                 continue
             try:
                 frames = self.socket.recv_multipart()
@@ -84,16 +109,41 @@ class EnvServer:
             # REQ envelope: [identity, b"", payload...]; anything else cannot be answered
             if len(frames) < 2 or len(frames[1]) != 0:
                 continue
-            reply = self.handle(frames[2:])
-            try:
-                self.socket.send_multipart([*frames[:2], *reply])
-            except zmq.ZMQError:  # the client went away meanwhile
-                pass
+            envelope = frames[:2]
+            if not self.parallel:
+                self._send([*envelope, *self.handle(frames[2:])])
+                continue
+            request = self.parse(frames[2:])
+            if isinstance(request, list):  # an error or a hello/ping: answered right here
+                self._send([*envelope, *request])
+            else:
+                self.inboxes[request[0]].put((envelope, request))
+
+    def _send(self, frames: list) -> None:
+        try:
+            self.socket.send_multipart(frames)
+        except zmq.ZMQError:  # the client went away meanwhile
+            pass
+
+    def _instance_loop(self, slot: int) -> None:
+        push = self.context.socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 0)
+        push.connect(self.replies_address)
+        while (item := self.inboxes[slot].get()) is not None:
+            envelope, request = item
+            push.send_multipart([*envelope, *self.dispatch(request)])
+        push.close(0)
 
     def stop(self) -> None:
         self.running = False
 
     def close(self) -> None:
+        for inbox in getattr(self, "inboxes", ()):
+            inbox.put(None)
+        for thread in self.threads:
+            thread.join(timeout=5.0)  # a thread stuck in its env is a daemon: it cannot hold the exit
+        if self.parallel:
+            self.replies.close(0)
         for env in self.instances:
             if env is not None:
                 try:
@@ -101,11 +151,18 @@ class EnvServer:
                 except Exception:  # noqa: BLE001 - closing is best effort
                     pass
         self.socket.close(0)
-        self.context.term()
+        if not any(t.is_alive() for t in self.threads):  # a stuck thread's socket would block term() forever
+            self.context.term()
 
     # ---------------------------------------------------------------- requests
     def handle(self, payload: list) -> list[bytes]:
         """One request to its reply. Nothing a client sends can raise out of here."""
+        request = self.parse(payload)
+        return request if isinstance(request, list) else self.dispatch(request)
+
+    def parse(self, payload: list) -> list[bytes] | tuple[int, str, dict, list]:
+        """A checked (slot, command, header, arrays) for an instance, or the finished reply: an error,
+        or the answer to a command about the server as a whole (hello, ping)."""
         self.requests += 1
         try:
             header, arrays = unpack(payload, self.max_bytes)
@@ -120,6 +177,17 @@ class EnvServer:
             slot = header.get("slot")
             if not isinstance(slot, int) or isinstance(slot, bool) or not 0 <= slot < self.capacity:
                 raise ProtocolError(f"slot must be an integer in [0, {self.capacity}), got {slot!r}")
+            return slot, cmd, header, arrays
+        except ProtocolError as exc:
+            return error_reply(f"bad request: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a server bug must not take the service down
+            log.error("internal error: %s", traceback.format_exc())
+            return error_reply(f"internal error: {type(exc).__name__}: {exc}")
+
+    def dispatch(self, request: tuple[int, str, dict, list]) -> list[bytes]:
+        """Run a parsed request on its instance (on that instance's thread with --parallel)."""
+        slot, cmd, header, arrays = request
+        try:
             return getattr(self, f"_{cmd}")(slot, header, arrays)
         except ProtocolError as exc:
             return error_reply(f"bad request: {exc}")
@@ -209,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env_module", default="", help="Comma-separated modules to import first (they call register_env).")
     p.add_argument("--seed", type=int, default=0, help="Instance i is built with seed + i.")
     p.add_argument("--max_message_bytes", type=int, default=0, help="Largest request answered; 0 sizes it from the spaces.")
+    p.add_argument("--parallel", type=str2bool, default=False,
+                   help="One thread per instance, so instances step at once (for envs that release the GIL: "
+                        "C++/GPU simulators, subprocesses, VMs). False: one request at a time, least overhead.")
     return p
 
 
@@ -219,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         importlib.import_module(module.strip())
     try:
         server = EnvServer(args.env, args.capacity, args.host, args.port, args.seed,
-                           max_bytes=args.max_message_bytes or None)
+                           max_bytes=args.max_message_bytes or None, parallel=args.parallel)
     except (ValueError, gym.error.Error, zmq.ZMQError, ProtocolError) as exc:
         print(f"sf_core.env_server: error: {exc}", file=sys.stderr)
         return 2

@@ -409,3 +409,53 @@ def test_server_instance_lifecycle_broken_until_restored():
         assert call({"cmd": "reset", "slot": 0})["ok"] and call({"cmd": "step", "slot": 0}, [one])["ok"]
     finally:
         server.close()
+
+
+def _make_slow_env(name, cfg, ctx):
+    from tests.service_envs import FlakyCartPole
+
+    return FlakyCartPole(flaky=False, step_seconds=0.1 if ctx.env_index < 3 else 3.0)  # instance 3 hangs
+
+
+def test_parallel_server_steps_instances_at_once_and_a_hung_one_fails_alone():
+    """--parallel=True: instances that sleep (release the GIL) step concurrently, and an instance that
+    hangs costs only its own slot: the server still answers, so the pool keeps its other slots."""
+    import threading
+
+    from envs.registry import EnvRegistry
+    from sf_core.env_server import EnvServer
+
+    server = EnvServer("Slow-v0", 4, registry=EnvRegistry({"Slow-v0": _make_slow_env}), parallel=True)
+    serving = threading.Thread(target=server.serve, daemon=True)
+    serving.start()
+    address = f"127.0.0.1:{server.port}"
+    pool = EnvPool([(address, i) for i in range(4)], "Slow-v0", timeout=1.0, recheck_interval=0.5)
+    try:
+        envs = [PooledEnv(pool, acquire_timeout=2.0) for _ in range(4)]
+        for env in envs:
+            env.reset(seed=0)
+        fast = [e for e in envs if e.slot.index < 3]
+        hung = next(e for e in envs if e.slot.index == 3)
+
+        def steps(env):
+            for _ in range(5):
+                env.step(0)
+
+        threads = [threading.Thread(target=steps, args=(e,)) for e in fast]
+        started = time.time()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=10)
+        assert time.time() - started < 1.2, "3 instances × 5 steps of 0.1 s did not run at the same time"
+        with pytest.raises(SlotLost):
+            hung.step(0)
+        counts = pool.counts()
+        assert counts["error"] == 1 and counts["busy"] == 3, counts
+        assert not any(e.slot.suspect for e in fast)
+        fast[0].step(0)  # the other instances still serve
+    finally:
+        pool.close()
+        server.stop()
+        serving.join(timeout=5)
+        server.close()
