@@ -210,8 +210,9 @@ class Coordinator:
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-            self.task_queue.close()
-            self.results.close()
+            for q in (self.task_queue, self.results):
+                q.cancel_join_thread()  # tasks nobody will take must not hold this process at exit
+                q.close()
         unfinished = len(self.tasks)
         log.info("%d results written to %s (%d failed)%s", self.written, self.output, self.failed,
                  f"; {unfinished} tasks not finished" if unfinished else "")
