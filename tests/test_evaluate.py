@@ -150,3 +150,35 @@ def test_trained_policy_evaluated_on_served_env(tmp_path):
         assert [r["returns"] for r in lines] == [local_returns, local_returns]
     finally:
         server.kill()
+
+
+@pytest.mark.timeout(60)
+def test_tasks_longer_than_the_grace_period_are_killed(tmp_path):
+    """SIGTERM with tasks of several seconds in hand and --grace_period=0.5: the workers are killed, the
+    coordinator exits promptly with 143, and no half-finished task leaves a line."""
+    import time
+
+    server = EnvServerProcess(tmp_path, "SlowCartPole-v1", 2)
+    proc = None
+    try:
+        server.start()
+        write_tasks(tmp_path / "tasks.jsonl", 4, "SlowCartPole-v1", episodes=20)  # ~8 s each
+        out, log = tmp_path / "results.jsonl", tmp_path / "evaluate.log"
+        with open(log, "w") as f:
+            proc = subprocess.Popen(evaluate_cmd(f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={server.spec}",
+                                                 "--num_workers=2", f"--output={out}", "--grace_period=0.5"),
+                                    stdout=f, stderr=subprocess.STDOUT, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
+        wait_for(lambda: "4 tasks on 2 workers" in log.read_text(), 30, "the evaluator to start")
+        time.sleep(1.0)
+        stopped = time.time()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 143
+        assert time.time() - stopped < 8.0
+        text = log.read_text()
+        assert "did not stop in time: killing it" in text, text
+        assert not out.exists() or read_results(out) == []
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        server.kill()
