@@ -27,10 +27,10 @@ import time
 from queue import Empty
 from typing import Any, Sequence
 
-from envs.remote_env import EnvClient, ServiceError, close_context, hello
+from envs.remote_env import close_context
 from sf_core.config import str2bool
 from sf_core.eval_worker import WorkerSpec, worker_main
-from sf_core.service_config import ServiceConfigError, SlotAddress, parse_service, worker_slice
+from sf_core.service_config import Endpoint, ServiceConfigError, parse_service, probe, worker_slice
 
 log = logging.getLogger("sf_core")
 
@@ -119,29 +119,23 @@ def finished_ids(output: str) -> set[str]:
 # ------------------------------------------------------------------ services and workers
 
 
-def discover(env_service: str, timeout: float) -> dict[str, list[SlotAddress]]:
-    """env name -> its slots, asking every address what it serves."""
+def discover(env_service: str, timeout: float) -> dict[str, list[Endpoint]]:
+    """env name -> the endpoints serving it, asking every address what it serves."""
     try:
         endpoints = parse_service(env_service)
+        answers, silent = probe(endpoints, timeout)
     except ServiceConfigError as exc:
         raise EvalError(str(exc)) from None
-    by_env: dict[str, list] = {}
-    silent = []
-    for e in endpoints:
-        client = EnvClient(e.address, timeout)
-        try:
-            served = hello(client)
-        except ServiceError as exc:
-            silent.append(f"{e.address} ({exc})")
-            continue
-        finally:
-            client.close()
-        if served["capacity"] < e.capacity:
-            raise EvalError(f"--env_service says {e} but that server has only {served['capacity']} slots")
-        by_env.setdefault(served["env"], []).append(e)
-    close_context()  # the workers are started next
+    finally:
+        close_context()  # the workers are started next
     if silent:
         raise EvalError("env servers did not answer: " + "; ".join(silent))
+    by_env: dict[str, list[Endpoint]] = {}
+    for e in endpoints:
+        served = answers[e.address]
+        if served["capacity"] < e.capacity:
+            raise EvalError(f"--env_service lists {e} but that server has only {served['capacity']} slots")
+        by_env.setdefault(served["env"], []).append(e)
     return by_env
 
 

@@ -89,23 +89,20 @@ class Runner(Component):
             env.close()
 
     def _probe_service_spaces(self):
-        """--env_service: the spaces from the first server that answers, which must serve --env."""
-        from envs.env_pool import EnvPool
-        from envs.remote_env import ServiceError, close_context
-        from sf_core.service_config import parse_service
+        """--env_service: every server must answer, serve --env with the capacity the flag lists; the
+        spaces come from their description (the trainer does not need the env's code)."""
+        from envs.env_protocol import space_from_json
+        from envs.remote_env import close_context
+        from sf_core.service_config import ServiceConfigError, check_training_endpoints, parse_service
 
-        endpoints = parse_service(self.cfg.env_service)
-        pool = EnvPool([(e.address, 0) for e in endpoints], self.cfg.env, self.cfg.env_service_timeout)
         try:
-            pool.describe()
-            return pool.spaces()
-        except ServiceError as exc:
-            raise ConfigError(f"--env_service: {exc}; start the servers first, e.g. python -m sf_core.env_server "
-                              f"--env={self.cfg.env} --port={endpoints[0].port} --capacity={endpoints[0].capacity}"
-                              ) from None
+            d = check_training_endpoints(parse_service(self.cfg.env_service), self.cfg.env,
+                                         self.cfg.env_service_timeout)
+        except ServiceConfigError as exc:
+            raise ConfigError(f"--env_service: {exc}") from None
         finally:
-            pool.close()
             close_context()  # no ZeroMQ I/O threads in a process about to fork the workers
+        return space_from_json(d["observation_space"]), space_from_json(d["action_space"])
 
     def _build(self, resume: bool = False, start_method: str | None = None) -> None:
         cfg = self.cfg if start_method is None else replace(self.cfg, mp_start_method=start_method)

@@ -163,3 +163,44 @@ def apply_to_training(values: dict, typed: set[str]) -> None:
                 f"--worker_num_splits={splits} does not divide the envs per worker: {arithmetic}, "
                 f"not divisible by {splits}")
         values["worker_num_splits"] = max(d for d in range(1, splits + 1) if share % d == 0)
+
+
+def probe(endpoints: list[Endpoint], timeout: float) -> tuple[dict[str, dict], list[str]]:
+    """Ask every address what it serves: {address: its hello (env, capacity, spaces)}, and a description
+    of each address that did not answer within `timeout`."""
+    from envs.remote_env import EnvClient, ServiceError, hello
+
+    answers, silent = {}, []
+    for e in endpoints:
+        client = EnvClient(e.address, timeout)
+        try:
+            answers[e.address] = hello(client)
+        except ServiceError as exc:
+            silent.append(f"{e.address} ({exc})")
+        finally:
+            client.close()
+    return answers, silent
+
+
+def check_training_endpoints(endpoints: list[Endpoint], env: str, timeout: float) -> dict:
+    """Before training: every address answers, serves `env` with the same spaces and has the capacity the
+    flag claims. Returns one server's description; raises ServiceConfigError naming what is wrong."""
+    answers, silent = probe(endpoints, timeout)
+    if silent:
+        first = endpoints[0]
+        raise ServiceConfigError(f"env servers did not answer: {'; '.join(silent)}; start them first, e.g. "
+                                 f"python -m sf_core.env_server --env={env} --port={first.port} "
+                                 f"--capacity={first.capacity}")
+    reference = None
+    for e in endpoints:
+        d = answers[e.address]
+        if d["env"] != env:
+            raise ServiceConfigError(f"{e.address} serves {d['env']!r}, but --env={env}")
+        if d["capacity"] < e.capacity:
+            raise ServiceConfigError(f"--env_service lists {e} but that server has only {d['capacity']} slots")
+        spaces = (d["observation_space"], d["action_space"])
+        if reference is None:
+            reference = d
+        elif spaces != (reference["observation_space"], reference["action_space"]):
+            raise ServiceConfigError(f"{e.address} serves {env} with other spaces than {endpoints[0].address}")
+    return reference

@@ -459,3 +459,25 @@ def test_parallel_server_steps_instances_at_once_and_a_hung_one_fails_alone():
         server.stop()
         serving.join(timeout=5)
         server.close()
+
+
+def test_training_refuses_servers_that_do_not_match_the_flags(tmp_path):
+    """Before anything starts: a silent address, a server of another env, or less capacity than listed."""
+    server = EnvServerProcess(tmp_path, "CartPole-v1", 2)
+    try:
+        server.start()
+        cases = {
+            f"127.0.0.1:{server.port}*4": f"--env_service lists 127.0.0.1:{server.port}*4 but that server has only 2 slots",
+            f"127.0.0.1:{server.port}*2,127.0.0.1:1*2": "env servers did not answer: 127.0.0.1:1",
+        }
+        for service, message in cases.items():
+            result = run_cli([f"--train_dir={tmp_path}", "--experiment=x", "--env=CartPole-v1", "--num_workers=1",
+                              f"--env_service={service}", "--env_service_timeout=1"], timeout=60)
+            assert result.returncode == 1 and message in result.stderr, result.stderr
+        result = run_cli([f"--train_dir={tmp_path}", "--experiment=x", "--env=Acrobot-v1", "--num_workers=1",
+                          f"--env_service={server.spec}"], timeout=60)
+        assert result.returncode == 1 and f"127.0.0.1:{server.port} serves 'CartPole-v1', but --env=Acrobot-v1" \
+            in result.stderr, result.stderr
+        assert not os.path.exists(tmp_path / "x")
+    finally:
+        server.kill()
