@@ -38,7 +38,11 @@ class BufferLayout:
         # trains. Sync: just enough for one dataset, so workers wait for the new weights (policy lag 0
         # when the dataset is a whole number of rounds; otherwise bounded by the sets per split).
         if cfg.async_rl:
-            sets = math.ceil(dataset_trajectories / trajectories_per_round) + 1
+            # With --env_service, a worker whose slots are all down stops producing for a while: room for
+            # the splits of one live worker to fill a dataset alone, or the others would wait for it
+            producers = (cfg.worker_num_splits * cfg.envs_per_split() if getattr(cfg, "env_service", "")
+                         else trajectories_per_round)
+            sets = math.ceil(dataset_trajectories / producers) + 1
         else:
             # a slot is freed only once all its trajectories are copied, so a dataset that splits a
             # slot leaves up to envs_per_split - 1 of them waiting: room for those too, or it deadlocks

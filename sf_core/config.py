@@ -61,6 +61,19 @@ class Config:
         "dead process, every component restarted from a fresh checkpoint. Both are counted in TensorBoard.",
         choices=("stop", "restart"),
     )
+    env_service: str = flag(
+        "", "env", "Envs served by env servers (python -m sf_core.env_server) instead of built in the workers: "
+        "host:port*capacity,... (e.g. 127.0.0.1:5555*4,127.0.0.1:5556*4) or a YAML file listing endpoints. "
+        "--env names the env they serve. The slots are divided among rollout workers in contiguous slices; "
+        "--num_envs_per_worker becomes each worker's share. See docs/env_services.md.")
+    env_service_timeout: float = flag(
+        5.0, "env", "Seconds an env server may take to answer one request before its slot is marked failed "
+        "(the episode on it is dropped and the env moves to another slot).")
+    env_service_recheck_interval: float = flag(
+        1.0, "env", "Seconds between health checks of a failed slot; a slot that answers again is re-admitted.")
+    env_service_down_timeout: float = flag(
+        300.0, "env", "Training stops (naming the addresses) when a worker's envs have found no healthy slot "
+        "for this many seconds; until then they wait while the other workers train.")
 
     # --- rollout
     num_workers: int = flag(max(1, os.cpu_count() or 1), "rollout", "Rollout worker processes.")
@@ -186,7 +199,8 @@ class Config:
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name} must be at least 1, got {getattr(self, name)}")
         for name in ("learning_rate", "train_for_seconds", "heartbeat_timeout", "report_interval",
-                     "experiment_summaries_interval", "save_every_sec"):
+                     "experiment_summaries_interval", "save_every_sec", "env_service_timeout",
+                     "env_service_recheck_interval", "env_service_down_timeout"):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
                 raise ConfigError(f"--{name} must be a positive number, got {value}")
@@ -217,6 +231,12 @@ class Config:
         if self.algo not in known_algorithms():
             raise ConfigError(f"unknown --algo={self.algo!r}; known: {', '.join(known_algorithms())} "
                               f"(register others with algo.algorithms.register_algorithm)")
+        if self.env_service:
+            self._validate_env_service()
+            if self.env_service_timeout >= self.heartbeat_timeout:
+                raise ConfigError(f"--env_service_timeout={self.env_service_timeout:g} must be shorter than "
+                                  f"--heartbeat_timeout={self.heartbeat_timeout:g}: a worker waiting on a server "
+                                  f"that long would be reported as stalled")
         if not self.batched_sampling:
             raise ConfigError("--batched_sampling=False (per-env sampling) is not implemented yet")
 
@@ -229,6 +249,19 @@ class Config:
         if self.rollout % length or self.batch_size % length:
             raise ConfigError(f"--recurrence={length} must divide --rollout={self.rollout} and --batch_size="
                               f"{self.batch_size}: the learner trains on whole sequences of that length")
+
+    def _validate_env_service(self) -> None:
+        from sf_core.service_config import ServiceConfigError, envs_per_worker, parse_service
+
+        try:
+            endpoints = parse_service(self.env_service)
+            share = envs_per_worker(endpoints, self.num_workers)
+        except ServiceConfigError as exc:
+            raise ConfigError(str(exc)) from None
+        if self.num_envs_per_worker != share:  # parse_args sets it; a Config built in Python may not
+            raise ConfigError(f"--num_envs_per_worker={self.num_envs_per_worker} must be each worker's share of "
+                              f"--env_service: {sum(e.capacity for e in endpoints)} slots // "
+                              f"{self.num_workers} workers = {share}")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -304,6 +337,13 @@ def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = Non
     for key, value in preset.items():
         if key not in typed:
             values[key] = value
+    if values["env_service"]:
+        from sf_core.service_config import ServiceConfigError, apply_to_training
+
+        try:
+            apply_to_training(values, typed)
+        except ServiceConfigError as exc:
+            raise ConfigError(str(exc)) from None
     cfg = Config(**values)
     cfg.validate()
     return cfg, preset_name

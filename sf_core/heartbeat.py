@@ -13,7 +13,8 @@ import time
 import torch
 
 ACTIVITIES = ("starting", "waiting for signals", "stepping envs", "resetting envs", "policy forward pass",
-              "copying trajectories into a dataset", "training on a dataset", "saving a checkpoint", "stopped")
+              "copying trajectories into a dataset", "training on a dataset", "saving a checkpoint", "stopped",
+              "recovering env slots", "waiting for env slots")
 CODE = {name: i for i, name in enumerate(ACTIVITIES)}
 STARTUP_TIMEOUT_SEC = 120.0
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 import logging
 import time
 
+from envs.env_pool import EnvPool
 from envs.registry import EnvRegistry
+from envs.remote_env import ServiceError
 from sf_core.buffers import BufferLayout, TrajectoryBuffers
 from sf_core.component import Component, guarded
 from sf_core.heartbeat import Heartbeats
@@ -40,18 +42,50 @@ class RolloutWorker(Component):
         self.env_seconds = 0.0
         self.env_faults = 0
         self.timer: Timer | None = None
+        # --env_service: this worker's slots, and splits waiting for a healthy slot (split -> since when)
+        self.pool: EnvPool | None = None
+        self.parked: dict[int, float] = {}
+        self.slot_faults = 0
+        self.interrupted_episodes = 0  # episodes cut by a slot failure: never reported as finished
+        self.readmitted_reported = 0
+        self.stopping = False
         loop.start.connect(self.on_start)
 
     @guarded
     def on_start(self) -> None:
-        self.runners = [VectorEnvRunner(self.cfg, self.worker, s, self.registry, self.buffers, self.layout, self.seed)
-                        for s in range(self.layout.num_splits)]
+        if self.cfg.env_service:
+            self._open_pool()
+        self.runners = [VectorEnvRunner(self.cfg, self.worker, s, self.registry, self.buffers, self.layout, self.seed,
+                                        self.pool) for s in range(self.layout.num_splits)]
         self.timer = Timer(self.event_loop, REPORT_INTERVAL_SEC, object_id=f"{self.name}_report_timer")
         self.timer.timeout.connect(self.send_report)
         self.beat("resetting envs")
         for s, runner in enumerate(self.runners):
-            runner.reset(runner.take_free_slot())
+            slot = runner.take_free_slot()
+            try:
+                runner.reset(slot)
+            except EnvStepError as exc:
+                if not self._is_slot_failure(exc):
+                    raise
+                self._park(s, exc)
+                continue
             self._request(s, has_truncation=False)
+
+    def _open_pool(self) -> None:
+        from sf_core.service_config import parse_service, worker_slice
+
+        cfg = self.cfg
+        mine = worker_slice(parse_service(cfg.env_service), cfg.num_workers, self.worker)
+        self.pool = EnvPool([(f"{s.host}:{s.port}", s.index) for s in mine], cfg.env, cfg.env_service_timeout,
+                            cfg.env_service_recheck_interval)
+        self.pool.describe(timeout=cfg.env_service_timeout)
+        self.retry_timer = Timer(self.event_loop, cfg.env_service_recheck_interval,
+                                 object_id=f"{self.name}_slot_retry_timer")
+        self.retry_timer.timeout.connect(self.retry_parked)
+        log.info("%s: %d env slots (%s)", self.name, len(mine), ", ".join(map(str, mine)))
+
+    def _is_slot_failure(self, exc: BaseException) -> bool:
+        return self.pool is not None and isinstance(exc.__cause__, ServiceError)
 
     def _request(self, split: int, has_truncation: bool) -> None:
         runner = self.runners[split]
@@ -79,6 +113,9 @@ class RolloutWorker(Component):
         try:
             has_truncation = self.runners[split].step()
         except EnvStepError as exc:
+            if self._is_slot_failure(exc):
+                self._recover_split(split, exc)
+                return
             if self.cfg.env_fault_policy != "restart":
                 raise
             self._restart_split(split, exc)
@@ -110,6 +147,55 @@ class RolloutWorker(Component):
             self._request(split, has_truncation=False)
             return
 
+    def _recover_split(self, split: int, error: Exception) -> None:
+        """An env slot failed mid-trajectory (whatever --env_fault_policy says: a service is expected to
+        fail now and then). The split's trajectory in progress is dropped, never sent to the learner, and
+        its envs start new episodes, on another slot for the env that lost its own. With no healthy slot
+        free the split waits (parked) and `retry_parked` tries again every recheck interval."""
+        if self.stopping:  # the pool closed under a step still queued: nothing failed
+            return
+        self.slot_faults += 1
+        self.interrupted_episodes += self.layout.envs_per_split
+        log.warning("%s: %s; split %d drops its unfinished trajectory and continues on another slot",
+                    self.name, error, split)
+        self.beat("recovering env slots")
+        try:
+            self.runners[split].restart_episodes()
+        except EnvStepError as exc:
+            if not self._is_slot_failure(exc):
+                raise
+            self._park(split, exc)
+            return
+        self._request(split, has_truncation=False)
+
+    def _park(self, split: int, error: Exception) -> None:
+        self.parked.setdefault(split, time.time())
+        log.warning("%s: split %d waits for a healthy env slot (%s)", self.name, split, error)
+
+    @guarded
+    def retry_parked(self) -> None:
+        """Every recheck interval: parked splits try to get slots again (the pool health-checks failed
+        ones meanwhile, re-admitting those that answer). Training stops only after
+        --env_service_down_timeout without any."""
+        if self.stopping:
+            return
+        for split, since in sorted(self.parked.items()):
+            self.beat("waiting for env slots")
+            try:
+                self.runners[split].restart_episodes()
+            except EnvStepError as exc:
+                if not self._is_slot_failure(exc):
+                    raise
+                waited = time.time() - since
+                if waited > self.cfg.env_service_down_timeout:
+                    raise EnvStepError(f"split {split} found no healthy env slot for {waited:.0f}s "
+                                       f"(--env_service_down_timeout={self.cfg.env_service_down_timeout:g}): "
+                                       f"{exc}") from exc
+                continue
+            del self.parked[split]
+            log.info("%s: split %d runs again after %.1fs without a slot", self.name, split, time.time() - since)
+            self._request(split, has_truncation=False)
+
     @guarded
     def slots_freed(self, slots: list[int]) -> None:
         S, K = self.layout.num_splits, self.layout.sets_per_split
@@ -129,12 +215,23 @@ class RolloutWorker(Component):
         for runner in self.runners:
             episodes += runner.finished_episodes
             runner.finished_episodes = []
-        self.emit("report", {"source": "rollout", "worker": self.worker, "frames": self.frames,
-                             "episodes": episodes, "env_seconds": self.env_seconds, "env_faults": self.env_faults})
+        report = {"source": "rollout", "worker": self.worker, "frames": self.frames,
+                  "episodes": episodes, "env_seconds": self.env_seconds, "env_faults": self.env_faults}
+        if self.pool is not None:
+            readmitted = self.pool.readmitted_total
+            report["service"] = {**self.pool.counts(), "slot_faults": self.slot_faults,
+                                 "interrupted_episodes": self.interrupted_episodes,
+                                 "readmitted": readmitted - self.readmitted_reported,
+                                 "waiting_envs": len(self.parked) * self.layout.envs_per_split}
+            self.slot_faults, self.interrupted_episodes, self.readmitted_reported = 0, 0, readmitted
+        self.emit("report", report)
         self.frames, self.env_seconds, self.env_faults = 0, 0.0, 0
 
     @guarded
     def stop(self) -> None:
+        self.stopping = True
+        if self.pool is not None:  # stopping: no need to restore instances on the way out
+            self.pool.close()
         for runner in self.runners:
             runner.close()
         self.stop_loop()

@@ -80,11 +80,29 @@ class Runner(Component):
 
     # ---------------------------------------------------------------- setup
     def _probe_spaces(self):
+        if self.cfg.env_service:
+            return self._probe_service_spaces()
         env = self.registry.make(self.cfg.env, self.cfg, EnvContext(worker_index=-1, env_index=-1, seed=self.seed))
         try:
             return env.observation_space, env.action_space
         finally:
             env.close()
+
+    def _probe_service_spaces(self):
+        """--env_service: every server must answer, serve --env with the capacity the flag lists; the
+        spaces come from their description (the trainer does not need the env's code)."""
+        from envs.env_protocol import space_from_json
+        from envs.remote_env import close_context
+        from sf_core.service_config import ServiceConfigError, check_training_endpoints, parse_service
+
+        try:
+            d = check_training_endpoints(parse_service(self.cfg.env_service), self.cfg.env,
+                                         self.cfg.env_service_timeout)
+        except ServiceConfigError as exc:
+            raise ConfigError(f"--env_service: {exc}") from None
+        finally:
+            close_context()  # no ZeroMQ I/O threads in a process about to fork the workers
+        return space_from_json(d["observation_space"]), space_from_json(d["action_space"])
 
     def _build(self, resume: bool = False, start_method: str | None = None) -> None:
         cfg = self.cfg if start_method is None else replace(self.cfg, mp_start_method=start_method)

@@ -31,6 +31,11 @@ class TrainingStats:
         self.env_faults = 0
         self.worker_restarts = 0  # rollout worker processes that died and were restarted
         self.checkpoints_saved = 0
+        # --env_service: each worker's latest slot counts, and totals of slot failures and re-admissions
+        self.service: dict[int, dict[str, int]] = {}
+        self.slot_faults = 0
+        self.slot_readmissions = 0
+        self.interrupted_episodes = 0
         self.previous_seconds = 0.0  # training time of earlier sessions of a resumed experiment
         # how many components share each kind of work, to turn busy seconds into a busy fraction
         self.component_counts = component_counts or {"env_step": 1, "inference": 1, "learner": 1}
@@ -47,6 +52,12 @@ class TrainingStats:
                 self.first_frame_at = time.time()
             self.seconds["env_step"] += report["env_seconds"]
             self.env_faults += report["env_faults"]
+            if "service" in report:
+                service = report["service"]
+                self.service[report["worker"]] = service
+                self.slot_faults += service["slot_faults"]
+                self.slot_readmissions += service["readmitted"]
+                self.interrupted_episodes += service["interrupted_episodes"]
             for ret, length in report["episodes"]:
                 self.returns.append(ret)
                 self.lengths.append(length)
@@ -107,6 +118,8 @@ class TrainingStats:
             "component_seconds": dict(self.seconds), "env_faults": self.env_faults,
             "worker_restarts": self.worker_restarts,
             "checkpoints_saved": self.checkpoints_saved,
+            "slot_faults": self.slot_faults, "slot_readmissions": self.slot_readmissions,
+            "interrupted_episodes": self.interrupted_episodes,
             "final_learner_stats": dict(self.learner),
         }
 
@@ -130,12 +143,30 @@ class TrainingStats:
             w.add_scalar("episode/count", self.num_episodes, step)
         w.add_scalar("faults/env_restarts", self.env_faults, step)
         w.add_scalar("faults/worker_restarts", self.worker_restarts, step)
+        if self.service:
+            for key, value in self.service_totals().items():
+                w.add_scalar(f"service/{key}", value, step)
+            w.add_scalar("service/slot_faults_total", self.slot_faults, step)
+            w.add_scalar("service/readmissions_total", self.slot_readmissions, step)
+            w.add_scalar("service/interrupted_episodes_total", self.interrupted_episodes, step)
         w.add_scalar("perf/training_hours", (self.previous_seconds + self.elapsed()) / 3600, step)
         for key, value in self.learner.items():
             if key == "policy_lag_mean":
                 w.add_scalar("train/policy_lag", value, step)
             w.add_scalar(f"train/{key}", value, step)
         w.flush()
+
+    def service_totals(self) -> dict[str, int]:
+        """Slot counts over all workers: idle (spare), busy, error, stopped, and envs waiting for a slot."""
+        keys = ("idle", "busy", "error", "stopped", "waiting_envs")
+        return {key: sum(s.get(key, 0) for s in self.service.values()) for key in keys}
+
+    def service_line(self) -> str:
+        t = self.service_totals()
+        line = f" | env slots: {t['busy']} busy, {t['idle']} spare, {t['error']} failed"
+        if t["waiting_envs"]:
+            line += f", {t['waiting_envs']} envs waiting (reduced capacity)"
+        return line
 
     def busy_fractions(self) -> dict[str, float]:
         """Share of wall time each kind of component spent working since the last call."""
@@ -160,4 +191,4 @@ class TrainingStats:
         return (f"[{self.elapsed():6.1f}s] frames {self.frames:,} | fps {self.fps():,.0f} | "
                 f"return {ret} (last {len(self.returns)} of {self.num_episodes} episodes) | "
                 f"policy v{self.policy_version} lag {lag:.1f} | trained {self.samples_trained:,} | "
-                f"{self.bottleneck_hint()}")
+                f"{self.bottleneck_hint()}" + (self.service_line() if self.service else ""))

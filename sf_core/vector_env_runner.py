@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from algo.observations import ObsWriter
+from envs.env_pool import EnvPool, PooledEnv
 from envs.registry import EnvContext, EnvRegistry
 from sf_core.buffers import BufferLayout, TrajectoryBuffers
 
@@ -37,15 +38,18 @@ def env_action_converter(space: gym.Space) -> Callable[[np.ndarray], Any]:
 
 class VectorEnvRunner:
     def __init__(self, cfg, worker: int, split: int, registry: EnvRegistry, buffers: TrajectoryBuffers,
-                 layout: BufferLayout, seed: int):
-        self._args = (cfg, worker, split, registry, buffers, layout, seed)
+                 layout: BufferLayout, seed: int, pool: EnvPool | None = None):
+        self._args = (cfg, worker, split, registry, buffers, layout, seed, pool)
         self.cfg, self.worker, self.split = cfg, worker, split
         self.layout = layout
         self.split_index = layout.split_index(worker, split)
         E = layout.envs_per_split
         first_env = self.split_index * E
-        self.envs = [registry.make(cfg.env, cfg, EnvContext(worker, first_env + e, seed + first_env + e))
-                     for e in range(E)]
+        if pool is not None:  # --env_service: envs on the worker's slots; the worker waits, not reset()
+            self.envs = [PooledEnv(pool, acquire_timeout=0.0) for _ in range(E)]
+        else:
+            self.envs = [registry.make(cfg.env, cfg, EnvContext(worker, first_env + e, seed + first_env + e))
+                         for e in range(E)]
         self.seeds = [seed + first_env + e for e in range(E)]
         self.to_env_action = env_action_converter(self.envs[0].action_space)
         self.writer = ObsWriter(self.envs[0].observation_space)  # packs Dict/Tuple observations
@@ -80,6 +84,15 @@ class VectorEnvRunner:
         for e, env in enumerate(self.envs):
             obs, _ = self._call(e, env.reset, seed=self.seeds[e])
             self.writer.write(obs, self.obs[self.slot, 0, e])
+
+    def restart_episodes(self) -> None:
+        """After an env slot failed: drop the trajectory in progress (row 0 of the same slot is written
+        again, so none of its rows reach the learner) and start new episodes in every env of the split.
+        Envs that lost their slot acquire another; raises EnvStepError if none is free."""
+        self.seeds = [s + 1_000_003 for s in self.seeds]  # do not replay the interrupted episodes
+        self.episode_return[:] = 0.0
+        self.episode_length[:] = 0
+        self.reset(self.slot)
 
     def recreated(self) -> "VectorEnvRunner":
         """Fresh envs for this split, keeping its slot bookkeeping (after an env fault)."""

@@ -42,3 +42,42 @@ def wait_for(predicate, timeout, what):
             return
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class EnvServerProcess:
+    """`python -m sf_core.env_server` as a subprocess, its output in a file; kill() in a finally."""
+
+    def __init__(self, log_dir, env: str = "CartPole-v1", capacity: int = 4, port: int = 0, *extra: str):
+        self.log_dir, self.env, self.capacity, self.extra = str(log_dir), env, capacity, extra
+        self.port = port
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self, timeout: float = 30.0) -> "EnvServerProcess":
+        self.starts += 1
+        log_path = os.path.join(self.log_dir, f"env_server_{id(self)}_{self.starts}.log")
+        with open(log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "sf_core.env_server", f"--env={self.env}", f"--port={self.port}",
+                 f"--capacity={self.capacity}", "--env_module=tests.service_envs", *self.extra],
+                stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=REPO), cwd=REPO)
+
+        def serving() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"env server exited with {self.proc.returncode}: {open(log_path).read()}")
+            text = open(log_path).read()
+            return "serving" in text
+
+        wait_for(serving, timeout, f"env server {self.env} to start")
+        line = next(l for l in open(log_path) if l.startswith("env_server: serving"))
+        self.port = int(line.split("tcp://")[1].split()[0].rsplit(":", 1)[1])
+        return self
+
+    @property
+    def spec(self) -> str:
+        return f"127.0.0.1:{self.port}*{self.capacity}"
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)

@@ -1,0 +1,168 @@
+"""A gymnasium.Env whose instance lives in an env server (sf_core/env_server.py).
+
+    env = RemoteEnv("127.0.0.1:5555", slot=0)   # instance 0 of that server
+    obs, info = env.reset(seed=1)
+
+Every request waits at most `timeout` seconds: a server that died or hangs raises ServiceTimeout, never
+blocks forever. After a timeout the socket is thrown away (a ZeroMQ REQ socket that missed its reply
+cannot send again) and the next request opens a new one, which also reaches a restarted server.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import zmq
+
+from envs.env_protocol import PROTOCOL_VERSION, ProtocolError, max_message_bytes, pack, space_array, space_from_json, unpack
+
+_contexts: dict[int, zmq.Context] = {}
+_contexts_lock = threading.Lock()
+
+
+def zmq_context() -> zmq.Context:
+    """One context per process: a forked worker must not use its parent's (its I/O threads are not there)."""
+    pid = os.getpid()
+    with _contexts_lock:
+        if pid not in _contexts:
+            _contexts.clear()  # a parent's context, inherited over fork: never touched here
+            _contexts[pid] = zmq.Context()
+        return _contexts[pid]
+
+
+def close_context() -> None:
+    """Terminate this process's context (its sockets must be closed): the runner does it before forking."""
+    with _contexts_lock:
+        context = _contexts.pop(os.getpid(), None)
+    if context is not None:
+        context.term()
+
+
+class ServiceError(RuntimeError):
+    """An env server did not do what was asked: no answer, a bad answer, or the env failed there."""
+
+
+class ServiceTimeout(ServiceError):
+    """No answer within the timeout: the server is down, hung or unreachable."""
+
+
+class EnvClient:
+    """Requests to one server address over a REQ socket, each with a timeout."""
+
+    def __init__(self, address: str, timeout: float = 5.0, max_bytes: int = 64 << 20):
+        self.address, self.timeout, self.max_bytes = address, timeout, max_bytes
+        self.socket: zmq.Socket | None = None
+
+    def _socket(self) -> zmq.Socket:
+        if self.socket is None:
+            self.socket = zmq_context().socket(zmq.REQ)
+            self.socket.setsockopt(zmq.LINGER, 0)
+            self.socket.setsockopt(zmq.MAXMSGSIZE, self.max_bytes)
+            self.socket.connect(f"tcp://{self.address}")
+        return self.socket
+
+    def request(self, header: dict, arrays: list[np.ndarray] = (), timeout: float | None = None
+                ) -> tuple[dict, list[np.ndarray]]:
+        """Send one request and wait for its reply; ServiceError (ServiceTimeout) on failure."""
+        sock = self._socket()
+        timeout_ms = int(1000 * (self.timeout if timeout is None else timeout))
+        try:
+            # a REQ socket queues the request even before it connects: NOBLOCK fails only on a full pipe
+            sock.send_multipart(pack(header, arrays), flags=zmq.NOBLOCK)
+            if not sock.poll(timeout_ms, zmq.POLLIN):
+                raise zmq.Again()
+            frames = sock.recv_multipart()  # copying is cheaper than zero-copy frames for small messages
+        except zmq.ZMQError as exc:
+            self.reset_socket()
+            if isinstance(exc, zmq.Again):
+                raise ServiceTimeout(f"{self.address} did not answer {header.get('cmd')!r} within "
+                                     f"{timeout_ms / 1000:g}s") from None
+            raise ServiceError(f"{self.address}: {exc}") from None
+        try:
+            reply, out = unpack(frames, self.max_bytes)
+        except ProtocolError as exc:
+            raise ServiceError(f"{self.address} sent a malformed reply: {exc}") from None
+        if reply.get("ok") is not True:
+            raise ServiceError(f"{self.address}: {reply.get('error', 'error without a message')}")
+        return reply, out
+
+    def reset_socket(self) -> None:
+        if self.socket is not None:
+            self.socket.close(0)
+            self.socket = None
+
+    def close(self) -> None:
+        self.reset_socket()
+
+
+def hello(client: EnvClient, timeout: float | None = None) -> dict:
+    """The server's description: env name, capacity, spaces (JSON)."""
+    reply, _ = client.request({"cmd": "hello"}, timeout=timeout)
+    if reply.get("protocol") != PROTOCOL_VERSION:
+        raise ServiceError(f"{client.address} speaks protocol {reply.get('protocol')}, this client {PROTOCOL_VERSION}")
+    return reply
+
+
+class RemoteEnv(gym.Env):
+    """Instance `slot` of the server at `address`, as a gymnasium.Env."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, address: str, slot: int = 0, timeout: float = 5.0, description: dict | None = None):
+        self.address, self.slot = address, slot
+        self.client = EnvClient(address, timeout)
+        try:
+            self.description = description or hello(self.client)
+            self.observation_space = space_from_json(self.description["observation_space"])
+            self.action_space = space_from_json(self.description["action_space"])
+        except (ProtocolError, KeyError) as exc:
+            self.client.close()
+            raise ServiceError(f"{address} described its env badly: {exc}") from None
+        except ServiceError:
+            self.client.close()
+            raise
+        if not 0 <= slot < int(self.description["capacity"]):
+            self.client.close()
+            raise ServiceError(f"{address} has {self.description['capacity']} slots; there is no slot {slot}")
+        self.client.max_bytes = max_message_bytes(self.observation_space, self.action_space)
+
+    def _obs(self, arrays: list[np.ndarray]) -> np.ndarray | int:
+        space = self.observation_space
+        if len(arrays) != 1:
+            raise ServiceError(f"{self.address} sent {len(arrays)} observation arrays, expected 1")
+        obs = arrays[0]
+        if isinstance(space, gym.spaces.Discrete):
+            if obs.shape != () or obs.dtype.kind not in "iu":
+                raise ServiceError(f"{self.address} sent a {obs.dtype}{list(obs.shape)} observation for {space}")
+            return int(obs)
+        if obs.shape != space.shape or obs.dtype != space.dtype:
+            raise ServiceError(f"{self.address} sent a {obs.dtype}{list(obs.shape)} observation, its space is "
+                               f"{space.dtype}{list(space.shape)}")
+        return obs.copy()  # writable, as a local env's observation would be (frombuffer gives a read-only view)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)  # the client's own RNG (gymnasium's contract); the env's is on the server
+        reply, arrays = self.client.request({"cmd": "reset", "slot": self.slot, "seed": seed, "options": options})
+        return self._obs(arrays), reply.get("info", {})
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        reply, arrays = self.client.request({"cmd": "step", "slot": self.slot},
+                                            [space_array(self.action_space, action)])
+        return (self._obs(arrays), float(reply["reward"]), bool(reply["terminated"]), bool(reply["truncated"]),
+                reply.get("info", {}))
+
+    def restore(self, timeout: float | None = None) -> None:
+        """Back to the instance's initial snapshot (a fresh instance if the env has no snapshots)."""
+        self.client.request({"cmd": "restore", "slot": self.slot}, timeout=timeout)
+
+    def ping(self, timeout: float | None = None) -> str:
+        """This slot's health as the server sees it: "ok" or "broken"."""
+        reply, _ = self.client.request({"cmd": "ping"}, timeout=timeout)
+        return reply["slots"][self.slot]
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,151 @@
+#!/usr/bin/env python
+"""Remote-env overhead: steps/s of an env in-process against the same env behind a local env server.
+
+    python scripts/bench_env_service.py                      # CartPole-v1, 20k steps each
+    python scripts/bench_env_service.py --env=Pendulum-v1 --steps=50000
+
+Both loops step with the same pre-drawn random actions and reset when an episode ends. The remote loop
+goes through `RemoteEnv` (a ZeroMQ request per step: JSON header plus the raw action, the raw observation
+back) to `python -m sf_core.env_server` started here as a subprocess; `--pooled` adds the pool layer
+(PooledEnv) the trainer uses. A ZeroMQ REQ/REP echo of a step-sized message (no JSON, no env) measures the
+transport alone. Prints one JSON line: steps/s of each (best and median of --repeats passes), the ratio
+and the overhead per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+import multiprocessing  # noqa: E402
+import statistics  # noqa: E402
+
+import gymnasium as gym  # noqa: E402
+import zmq  # noqa: E402
+
+from envs.env_pool import EnvPool, PooledEnv  # noqa: E402
+from envs.remote_env import RemoteEnv  # noqa: E402
+
+
+def steps_per_second(env: gym.Env, actions: list, repeats: int) -> list[float]:
+    """Steps/s of each of `repeats` timed passes (the machine is shared: passes differ)."""
+    rates = []
+    for r in range(repeats):
+        env.reset(seed=r)
+        started = time.perf_counter()
+        for action in actions:
+            _, _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                env.reset()
+        rates.append(len(actions) / (time.perf_counter() - started))
+    return rates
+
+
+def _echo(port: int) -> None:
+    context = zmq.Context()
+    sock = context.socket(zmq.REP)
+    sock.bind(f"tcp://127.0.0.1:{port}")
+    while (message := sock.recv_multipart())[0] != b"quit":
+        sock.send_multipart(message)
+    sock.send(b"")
+
+
+def echo_round_trips_per_second(n: int, repeats: int) -> list[float]:
+    """The transport alone: a ZeroMQ REQ/REP echo of a step-sized message, no JSON, no env."""
+    probe = zmq.Context().socket(zmq.REQ)
+    port = probe.bind_to_random_port("tcp://127.0.0.1")
+    probe.close(0)
+    server = multiprocessing.get_context("spawn").Process(target=_echo, args=(port,))
+    server.start()
+    sock = zmq.Context.instance().socket(zmq.REQ)
+    sock.connect(f"tcp://127.0.0.1:{port}")
+    message = [b'{"cmd": "step", "slot": 0, "arrays": [{"dtype": "<i8", "shape": []}]}', bytes(8)]
+    rates = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for _ in range(n):
+            sock.send_multipart(message)
+            sock.recv_multipart()
+        rates.append(n / (time.perf_counter() - started))
+    sock.send(b"quit")
+    sock.recv()
+    sock.close(0)
+    server.join(timeout=10)
+    return rates
+
+
+def start_server(env: str) -> tuple[subprocess.Popen, int, str]:
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+    proc = subprocess.Popen([sys.executable, "-m", "sf_core.env_server", f"--env={env}", "--port=0", "--capacity=1"],
+                            stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        text = open(log.name).read()
+        if "serving" in text:
+            return proc, int(text.split("tcp://")[1].split()[0].rsplit(":", 1)[1]), log.name
+        if proc.poll() is not None:
+            raise RuntimeError(f"env server exited: {text}")
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("env server did not start in 60 s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", default="CartPole-v1")
+    p.add_argument("--steps", type=int, default=20_000)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--pooled", action="store_true", help="Through PooledEnv (the trainer's path), not RemoteEnv.")
+    args = p.parse_args(argv)
+
+    local = gym.make(args.env)
+    local.action_space.seed(0)
+    actions = [local.action_space.sample() for _ in range(args.steps)]
+    local_sps = steps_per_second(local, actions, args.repeats)
+    local.close()
+
+    proc, port, log = start_server(args.env)
+    try:
+        if args.pooled:
+            pool = EnvPool([(f"127.0.0.1:{port}", 0)], args.env)
+            remote: gym.Env = PooledEnv(pool, acquire_timeout=5.0)
+        else:
+            remote = RemoteEnv(f"127.0.0.1:{port}")
+        remote_sps = steps_per_second(remote, actions, args.repeats)
+        remote.close()
+        if args.pooled:
+            pool.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        os.unlink(log)
+    echo = echo_round_trips_per_second(args.steps, args.repeats)
+    # best pass (least disturbed by other processes) and median pass of each
+    best = {"local": max(local_sps), "remote": max(remote_sps), "echo": max(echo)}
+    median = {"local": statistics.median(local_sps), "remote": statistics.median(remote_sps),
+              "echo": statistics.median(echo)}
+    print(json.dumps({
+        "env": args.env, "steps": args.steps, "repeats": args.repeats,
+        "path": "PooledEnv" if args.pooled else "RemoteEnv", "load_average_1min": os.getloadavg()[0],
+        **{f"{k}_{name}": round(v[key]) for k, v in (("best", best), ("median", median))
+           for key, name in (("local", "in_process_steps_per_s"), ("remote", "remote_steps_per_s"),
+                             ("echo", "zmq_echo_round_trips_per_s"))},
+        "best_remote_over_local": round(best["remote"] / best["local"], 4),
+        "best_overhead_us_per_step": round(1e6 / best["remote"] - 1e6 / best["local"], 1),
+        "median_overhead_us_per_step": round(1e6 / median["remote"] - 1e6 / median["local"], 1),
+        "best_transport_us_per_step": round(1e6 / best["echo"], 1),
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""One evaluator worker process (see sf_core/evaluate.py): several tasks at once against pooled env slots.
+
+The worker owns one pool per env name, over its contiguous slice of that env's slots, and runs
+`concurrency` task threads (the size of its smallest pool, so no thread waits for a slot while the
+service is healthy). A thread takes a task, acquires a slot (PooledEnv.reset), plays the task's
+episodes, and gives the slot back restored to its initial snapshot. Every attempt, finished or failed,
+goes back to the coordinator, which decides about retries and writes the result lines.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from queue import Empty
+from typing import Any, Callable
+
+import numpy as np
+
+from envs.env_pool import EnvPool, PooledEnv
+from envs.remote_env import ServiceError
+
+log = logging.getLogger("sf_core")
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker process needs, picklable: its slots per env and how to act."""
+
+    worker: int
+    slots: dict[str, list[tuple[str, int]]]  # env name -> [(host:port, instance index)]
+    concurrency: int
+    timeout: float  # per request to a server
+    recheck_interval: float
+    acquire_timeout: float
+    policy: dict  # {"kind": "random"} or {"kind": "checkpoint", "path": experiment folder, "checkpoint": ..}
+
+
+Policy = Callable[[Any, np.random.Generator], Any]
+
+
+def make_policy(spec: dict, spaces: dict[str, tuple]) -> Callable[[str], Policy]:
+    """env name -> act(obs, rng). Random actions, or a trained policy loaded from an experiment."""
+    if spec["kind"] == "random":
+        def random_for(env: str) -> Policy:
+            space = spaces[env][1]
+            return lambda obs, rng: _sample(space, rng)
+        return random_for
+
+    import torch
+
+    from algo.model import ActorCritic, ModelSpec
+    from sf_core import checkpoint
+    from sf_core.enjoy import load_config
+    from sf_core.vector_env_runner import env_action_converter
+
+    torch.set_num_threads(1)
+    cfg = load_config(spec["path"])
+    state = checkpoint.load(checkpoint.find_checkpoint(spec["path"], spec["checkpoint"]), map_location="cpu")
+    models: dict[str, Policy] = {}
+
+    def trained_for(env: str) -> Policy:
+        if env not in models:
+            obs_space, action_space = spaces[env]
+            model = ActorCritic(obs_space, action_space, ModelSpec.from_config(cfg))
+            model.load_state_dict(state["model"])
+            model.eval()
+            convert = env_action_converter(action_space)
+
+            def act(obs, rng, model=model, convert=convert):
+                with torch.no_grad():
+                    params, _ = model(torch.as_tensor(np.asarray(obs)[None]))
+                    dist = model.distribution(params)
+                    action = (dist.mode() if spec.get("deterministic") else dist.sample())[0].numpy()
+                return convert(action)
+            models[env] = act
+        return models[env]
+    return trained_for
+
+
+def _sample(space, rng: np.random.Generator):
+    space.seed(int(rng.integers(2**31)))  # reproducible per task, whichever slot or thread runs it
+    return space.sample()
+
+
+def run_task(task: dict, pool: EnvPool, act: Policy, acquire_timeout: float) -> dict:
+    """Play one task's episodes on one slot; the attempt's outcome (never raises)."""
+    env = PooledEnv(pool, acquire_timeout, avoid=frozenset(task.get("avoid", ())))  # not where it failed
+    outcome: dict[str, Any] = {"slot": None, "returns": [], "lengths": [], "error": None, "retryable": False}
+    seed, options = task.get("seed"), task.get("options")
+    rng = np.random.default_rng(seed)
+    started = time.time()
+    try:
+        for episode in range(task["episodes"]):
+            obs, _ = env.reset(seed=None if seed is None else seed + episode, options=options)
+            outcome["slot"] = env.slot_name
+            total, length, done = 0.0, 0, False
+            while not done:
+                obs, reward, terminated, truncated, _ = env.step(act(obs, rng))
+                total, length, done = total + reward, length + 1, terminated or truncated
+            outcome["returns"].append(total)
+            outcome["lengths"].append(length)
+    except ServiceError as exc:  # the slot (or the service) failed: another slot may do it
+        outcome.update(error=f"{type(exc).__name__}: {exc}", retryable=True)
+        outcome["slot"] = outcome["slot"] or env.slot_name
+    except Exception as exc:  # noqa: BLE001 - the task itself is broken: report, do not retry
+        outcome.update(error="".join(traceback.format_exception_only(type(exc), exc)).strip(), retryable=False)
+    finally:
+        env.close()  # back to the pool, restored to its initial snapshot
+    outcome["seconds"] = time.time() - started
+    return outcome
+
+
+def worker_main(spec: WorkerSpec, tasks, results, stop) -> None:
+    """Process entry: `tasks` (None = no more), `results` (attempt outcomes), `stop` (an Event)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the coordinator decides
+    pools = {env: EnvPool(slots, env, spec.timeout, spec.recheck_interval) for env, slots in spec.slots.items()}
+    try:
+        spaces = {env: pool.spaces() for env, pool in pools.items()}
+        policy_for = make_policy(spec.policy, spaces)
+    except Exception as exc:  # noqa: BLE001 - reported, the coordinator stops
+        results.put({"kind": "worker_error", "worker": spec.worker, "error": f"{type(exc).__name__}: {exc}"})
+        return
+
+    parent = multiprocessing.parent_process()
+
+    def consume() -> None:
+        while not stop.is_set():
+            try:
+                task = tasks.get(timeout=0.2)
+            except Empty:
+                if parent is not None and not parent.is_alive():
+                    return  # the coordinator was killed outright: do not linger as an orphan
+                continue
+            if task is None:
+                return
+            results.put({"kind": "started", "worker": spec.worker, "id": task["id"]})
+            outcome = run_task(task, pools[task["env"]], policy_for(task["env"]), spec.acquire_timeout)
+            results.put({"kind": "attempt", "worker": spec.worker, "id": task["id"], **outcome})
+
+    threads = [threading.Thread(target=consume, name=f"task_thread_{i}", daemon=True)
+               for i in range(spec.concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for pool in pools.values():
+        pool.close()
+    results.put({"kind": "worker_done", "worker": spec.worker})

@@ -1,0 +1,206 @@
+"""Env service endpoints: parsing `--env_service` and dividing the slots among workers.
+
+`--env_service=127.0.0.1:5555*4,127.0.0.1:5556*4` lists addresses with the number of concurrent env
+instances (slots) each serves. For bigger setups the flag names a YAML file instead:
+
+    endpoints:
+      - 127.0.0.1:5555*4                                 # the same syntax as the flag
+      - {host: 10.0.0.7, port: 5555, capacity: 8}        # or spelled out
+
+Slots are numbered address by address. Workers get contiguous slices, so a worker keeps talking to the
+same few addresses; when the slots do not divide evenly, the first workers get one spare slot each,
+which their pool uses when another slot fails.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+class ServiceConfigError(ValueError):
+    """An --env_service value that cannot work; the message says why, with the arithmetic."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+    capacity: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def __str__(self) -> str:
+        return f"{self.address}*{self.capacity}"
+
+
+@dataclass(frozen=True)
+class SlotAddress:
+    """One env instance: instance `index` (0 ≤ index < capacity) of the server at host:port."""
+
+    host: str
+    port: int
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}#{self.index}"
+
+
+def _parse_item(text: str, where: str) -> Endpoint:
+    item = text.strip()
+    address, star, capacity_text = item.partition("*")
+    if not star:
+        raise ServiceConfigError(f"{where}: {item!r} has no capacity; write host:port*capacity, e.g. 127.0.0.1:5555*4")
+    host, colon, port_text = address.rpartition(":")
+    if not colon or not host:
+        raise ServiceConfigError(f"{where}: {item!r} has no host:port before '*'")
+    try:
+        port, capacity = int(port_text), int(capacity_text)
+    except ValueError:
+        raise ServiceConfigError(f"{where}: {item!r}: port and capacity must be integers") from None
+    return _endpoint(host, port, capacity, where)
+
+
+def _endpoint(host: str, port: int, capacity: int, where: str) -> Endpoint:
+    if not 0 < port < 65536:
+        raise ServiceConfigError(f"{where}: port {port} is not in 1..65535")
+    if capacity < 1:
+        raise ServiceConfigError(f"{where}: capacity of {host}:{port} must be at least 1, got {capacity}")
+    return Endpoint(host, port, capacity)
+
+
+def _load_yaml(path: str) -> list[Endpoint]:
+    import yaml
+
+    with open(path, encoding="utf-8") as f:
+        data = yaml.safe_load(f)  # safe_load: a config file must not construct arbitrary objects
+    items = data.get("endpoints") if isinstance(data, dict) else None
+    if not isinstance(items, list) or not items:
+        raise ServiceConfigError(f"{path}: expected a mapping with a non-empty 'endpoints' list")
+    endpoints = []
+    for n, item in enumerate(items):
+        where = f"{path}: endpoints[{n}]"
+        if isinstance(item, str):
+            endpoints.append(_parse_item(item, where))
+        elif isinstance(item, dict) and {"host", "port", "capacity"} <= set(item):
+            try:
+                endpoints.append(_endpoint(str(item["host"]), int(item["port"]), int(item["capacity"]), where))
+            except (TypeError, ValueError) as exc:
+                if isinstance(exc, ServiceConfigError):
+                    raise
+                raise ServiceConfigError(f"{where}: port and capacity must be integers") from None
+        else:
+            raise ServiceConfigError(f"{where}: expected 'host:port*capacity' or {{host, port, capacity}}, got {item!r}")
+    return endpoints
+
+
+def parse_service(value: str) -> list[Endpoint]:
+    """`host:port*cap,...` or the path of a YAML file; duplicate addresses are rejected."""
+    value = value.strip()
+    if not value:
+        raise ServiceConfigError("--env_service is empty")
+    if value.endswith((".yaml", ".yml")) or os.path.isfile(value):
+        if not os.path.isfile(value):
+            raise ServiceConfigError(f"--env_service={value}: no such file")
+        endpoints = _load_yaml(value)
+    else:
+        endpoints = [_parse_item(item, "--env_service") for item in value.split(",") if item.strip()]
+    seen: set[str] = set()
+    for e in endpoints:
+        if e.address in seen:
+            raise ServiceConfigError(f"--env_service lists {e.address} twice; give it one entry with its whole capacity")
+        seen.add(e.address)
+    return endpoints
+
+
+def all_slots(endpoints: list[Endpoint]) -> list[SlotAddress]:
+    return [SlotAddress(e.host, e.port, i) for e in endpoints for i in range(e.capacity)]
+
+
+def describe(endpoints: list[Endpoint]) -> str:
+    return " + ".join(str(e) for e in endpoints)
+
+
+def envs_per_worker(endpoints: list[Endpoint], num_workers: int) -> int:
+    """Each worker's share of the slots: the envs it runs. Rejects capacity that cannot feed every worker."""
+    total = sum(e.capacity for e in endpoints)
+    if total < num_workers:
+        raise ServiceConfigError(
+            f"--env_service has {describe(endpoints)} = {total} slot{'s' if total != 1 else ''} but "
+            f"--num_workers={num_workers}: each rollout worker needs at least one slot ({total} < {num_workers}); "
+            f"use --num_workers={total} or fewer, or add capacity")
+    return total // num_workers
+
+
+def worker_slice(endpoints: list[Endpoint], num_workers: int, worker: int) -> list[SlotAddress]:
+    """Worker `worker`'s contiguous slice: its share, plus one spare slot for the first total % W workers."""
+    slots = all_slots(endpoints)
+    share, extra = divmod(len(slots), num_workers)
+    start = worker * share + min(worker, extra)
+    return slots[start:start + share + (1 if worker < extra else 0)]
+
+
+def apply_to_training(values: dict, typed: set[str]) -> None:
+    """With --env_service, a worker's envs are its share of the slots: set --num_envs_per_worker to it
+    (and lower an untyped --worker_num_splits to a divisor of it). Raises with the arithmetic when the
+    capacity cannot feed the workers or contradicts a typed flag."""
+    endpoints = parse_service(values["env_service"])
+    workers = values["num_workers"]
+    share = envs_per_worker(endpoints, workers)
+    total = sum(e.capacity for e in endpoints)
+    arithmetic = f"{describe(endpoints)} = {total} slots // {workers} workers = {share} envs per worker"
+    if "num_envs_per_worker" in typed and values["num_envs_per_worker"] != share:
+        raise ServiceConfigError(
+            f"--num_envs_per_worker={values['num_envs_per_worker']} contradicts --env_service: {arithmetic}; "
+            f"drop --num_envs_per_worker (it is computed) or change the capacity")
+    values["num_envs_per_worker"] = share
+    splits = values["worker_num_splits"]
+    if share % splits:
+        if "worker_num_splits" in typed:
+            raise ServiceConfigError(
+                f"--worker_num_splits={splits} does not divide the envs per worker: {arithmetic}, "
+                f"not divisible by {splits}")
+        values["worker_num_splits"] = max(d for d in range(1, splits + 1) if share % d == 0)
+
+
+def probe(endpoints: list[Endpoint], timeout: float) -> tuple[dict[str, dict], list[str]]:
+    """Ask every address what it serves: {address: its hello (env, capacity, spaces)}, and a description
+    of each address that did not answer within `timeout`."""
+    from envs.remote_env import EnvClient, ServiceError, hello
+
+    answers, silent = {}, []
+    for e in endpoints:
+        client = EnvClient(e.address, timeout)
+        try:
+            answers[e.address] = hello(client)
+        except ServiceError as exc:
+            silent.append(f"{e.address} ({exc})")
+        finally:
+            client.close()
+    return answers, silent
+
+
+def check_training_endpoints(endpoints: list[Endpoint], env: str, timeout: float) -> dict:
+    """Before training: every address answers, serves `env` with the same spaces and has the capacity the
+    flag claims. Returns one server's description; raises ServiceConfigError naming what is wrong."""
+    answers, silent = probe(endpoints, timeout)
+    if silent:
+        first = endpoints[0]
+        raise ServiceConfigError(f"env servers did not answer: {'; '.join(silent)}; start them first, e.g. "
+                                 f"python -m sf_core.env_server --env={env} --port={first.port} "
+                                 f"--capacity={first.capacity}")
+    reference = None
+    for e in endpoints:
+        d = answers[e.address]
+        if d["env"] != env:
+            raise ServiceConfigError(f"{e.address} serves {d['env']!r}, but --env={env}")
+        if d["capacity"] < e.capacity:
+            raise ServiceConfigError(f"--env_service lists {e} but that server has only {d['capacity']} slots")
+        spaces = (d["observation_space"], d["action_space"])
+        if reference is None:
+            reference = d
+        elif spaces != (reference["observation_space"], reference["action_space"]):
+            raise ServiceConfigError(f"{e.address} serves {env} with other spaces than {endpoints[0].address}")
+    return reference

@@ -1,0 +1,184 @@
+"""The evaluator (`python -m sf_core.evaluate`): every task exactly one result line, a broken slot's task
+retried elsewhere, a graceful stop that keeps finished results, and clear errors before anything starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from tests.helpers import EnvServerProcess, wait_for
+
+
+def write_tasks(path, n: int, env: str, episodes: int = 1) -> set[str]:
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"t{i}", "env": env, "seed": i, "episodes": episodes}) + "\n")
+    return {f"t{i}" for i in range(n)}
+
+
+def evaluate_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "sf_core.evaluate", *args]
+
+
+def run_evaluate(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(evaluate_cmd(*args), capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=REPO))
+
+
+def read_results(path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.mark.timeout(180)
+def test_fifty_tasks_two_workers_small_pool_one_broken_slot(tmp_path):
+    """Done-when 3: 50 tasks, 2 workers that would each run 4 at once, a pool of 3 slots (so 2 + 1).
+    Instance 0 crashes mid-episode once: that task is retried on another slot; every task has exactly
+    one result line, and the results do not depend on which slot ran them."""
+    server = EnvServerProcess(tmp_path, "FlakyCartPole-v1", 3)
+    try:
+        server.start()
+        ids = write_tasks(tmp_path / "tasks.jsonl", 50, "FlakyCartPole-v1", episodes=2)
+        out = tmp_path / "results.jsonl"
+        result = run_evaluate(f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={server.spec}", "--num_workers=2",
+                              "--concurrency=4", "--max_task_retries=2", f"--output={out}",
+                              "--env_service_recheck_interval=0.3")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "50 tasks on 2 workers (concurrency 2, 1)" in result.stdout
+        lines = read_results(out)
+        assert len(lines) == 50 and {r["id"] for r in lines} == ids  # exactly one line per task
+        assert all(r["status"] == "ok" and len(r["returns"]) == 2 and len(r["lengths"]) == 2 for r in lines)
+        slots = {f"127.0.0.1:{server.port}#{i}" for i in range(3)}
+        assert {r["slot"] for r in lines} <= slots
+        retried = [r for r in lines if r["failures"]]
+        assert len(retried) == 1, retried
+        first, second = retried[0]["attempts"]
+        assert first["slot"] == f"127.0.0.1:{server.port}#0" and "simulated simulator crash" in first["error"]
+        assert second["error"] is None and second["slot"] != first["slot"] == f"127.0.0.1:{server.port}#0"
+        # episode k of a task is seeded seed + k, and the random policy by the task's seed: the retried
+        # task gives what a fresh run of it on any slot gives
+        rerun_tasks = tmp_path / "one.jsonl"
+        rerun_tasks.write_text(json.dumps({"id": retried[0]["id"], "env": "FlakyCartPole-v1",
+                                           "seed": retried[0]["seed"], "episodes": 2}) + "\n")
+        again = run_evaluate(f"--tasks={rerun_tasks}", f"--env_service={server.spec}", "--num_workers=1",
+                             f"--output={tmp_path / 'one.results.jsonl'}")
+        assert again.returncode == 0, again.stderr
+        assert read_results(tmp_path / "one.results.jsonl")[0]["returns"] == retried[0]["returns"]
+    finally:
+        server.kill()
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_stops_gracefully_keeps_results_and_resume_finishes(tmp_path):
+    server = EnvServerProcess(tmp_path, "SlowCartPole-v1", 2)
+    proc = None
+    try:
+        server.start()
+        ids = write_tasks(tmp_path / "tasks.jsonl", 30, "SlowCartPole-v1")
+        out = tmp_path / "results.jsonl"
+        args = [f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={server.spec}", "--num_workers=2",
+                f"--output={out}", "--grace_period=5"]
+        proc = subprocess.Popen(evaluate_cmd(*args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
+                                env=dict(os.environ, PYTHONPATH=REPO))
+        wait_for(lambda: os.path.exists(out) and len(read_results(out)) >= 3, 60, "3 results")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 143
+        kept = read_results(out)  # every line whole, every finished task kept
+        assert 3 <= len(kept) < 30 and len({r["id"] for r in kept}) == len(kept)
+        assert all(r["status"] == "ok" for r in kept)
+        result = run_evaluate(*args, "--resume=True")
+        assert result.returncode == 0, result.stderr
+        final = read_results(out)
+        assert len(final) == 30 and {r["id"] for r in final} == ids
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        server.kill()
+
+
+def test_bad_tasks_and_services_are_rejected_before_anything_starts(tmp_path):
+    server = EnvServerProcess(tmp_path, "CartPole-v1", 1)
+    try:
+        server.start()
+        write_tasks(tmp_path / "tasks.jsonl", 3, "CartPole-v1")
+        result = run_evaluate(f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={server.spec}", "--num_workers=2")
+        assert result.returncode == 2
+        assert f"CartPole-v1: 127.0.0.1:{server.port}*1 = 1 slots but --num_workers=2" in result.stderr
+        write_tasks(tmp_path / "other.jsonl", 3, "Pendulum-v1")
+        result = run_evaluate(f"--tasks={tmp_path / 'other.jsonl'}", f"--env_service={server.spec}", "--num_workers=1")
+        assert result.returncode == 2 and "tasks need Pendulum-v1, which no server" in result.stderr
+        (tmp_path / "bad.jsonl").write_text('{"id": "a", "env": "CartPole-v1", "episodes": 0}\n')
+        result = run_evaluate(f"--tasks={tmp_path / 'bad.jsonl'}", f"--env_service={server.spec}")
+        assert result.returncode == 2 and "bad.jsonl:1: episodes must be a positive integer" in result.stderr
+    finally:
+        server.kill()
+
+
+@pytest.mark.timeout(120)
+def test_trained_policy_evaluated_on_served_env(tmp_path):
+    """--experiment: the tasks are played by the experiment's policy. Deterministic actions and episode k
+    seeded seed + k give exactly the returns sf_core.enjoy gets with the same policy on a local env."""
+    import sf_core.enjoy
+    from tests.helpers import train
+
+    code, _ = train(tmp_path, "--env=CartPole-v1", "--serial_mode=True", "--num_workers=1",
+                    "--train_for_env_steps=5000", experiment="policy")
+    assert code == 0
+    assert sf_core.enjoy.main([f"--train_dir={tmp_path}", "--experiment=policy", "--max_num_episodes=3",
+                               "--eval_deterministic=True", "--seed=5"]) == 0
+    with open(tmp_path / "policy" / "eval_results.json") as f:
+        local_returns = json.load(f)["returns"]
+    server = EnvServerProcess(tmp_path, "CartPole-v1", 2)
+    try:
+        server.start()
+        (tmp_path / "tasks.jsonl").write_text(
+            "".join(json.dumps({"id": f"t{i}", "env": "CartPole-v1", "seed": 5, "episodes": 3}) + "\n" for i in range(2)))
+        out = tmp_path / "results.jsonl"
+        result = run_evaluate(f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={server.spec}", "--num_workers=1",
+                              f"--train_dir={tmp_path}", "--experiment=policy", "--eval_deterministic=True",
+                              f"--output={out}")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "did not stop in time" not in result.stdout
+        lines = read_results(out)
+        assert [r["returns"] for r in lines] == [local_returns, local_returns]
+    finally:
+        server.kill()
+
+
+@pytest.mark.timeout(60)
+def test_tasks_longer_than_the_grace_period_are_killed(tmp_path):
+    """SIGTERM with tasks of several seconds in hand and --grace_period=0.5: the workers are killed, the
+    coordinator exits promptly with 143, and no half-finished task leaves a line."""
+    import time
+
+    server = EnvServerProcess(tmp_path, "SlowCartPole-v1", 2)
+    proc = None
+    try:
+        server.start()
+        write_tasks(tmp_path / "tasks.jsonl", 4, "SlowCartPole-v1", episodes=20)  # ~8 s each
+        out, log = tmp_path / "results.jsonl", tmp_path / "evaluate.log"
+        with open(log, "w") as f:
+            proc = subprocess.Popen(evaluate_cmd(f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={server.spec}",
+                                                 "--num_workers=2", f"--output={out}", "--grace_period=0.5"),
+                                    stdout=f, stderr=subprocess.STDOUT, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
+        wait_for(lambda: "4 tasks on 2 workers" in log.read_text(), 30, "the evaluator to start")
+        time.sleep(1.0)
+        stopped = time.time()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 143
+        assert time.time() - stopped < 8.0
+        text = log.read_text()
+        assert "did not stop in time: killing it" in text, text
+        assert not out.exists() or read_results(out) == []
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        server.kill()
