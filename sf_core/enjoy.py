@@ -23,7 +23,7 @@ from envs.registry import EnvContext, EnvNotFoundError, registry_snapshot
 from sf_core import checkpoint
 from sf_core.config import Config, ConfigError, _Parser, str2bool
 from sf_core.train import setup_logging
-from sf_core.vector_env_runner import env_action_converter
+from sf_core.split_runner import env_action_converter
 
 log = logging.getLogger("sf_core")
 

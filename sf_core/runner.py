@@ -25,6 +25,7 @@ import torch
 
 from algo.algorithms import BATCH_KEYS, algorithm_builder
 from algo.graph import build_graph
+from envs.multi_agent import is_multi_agent, num_agents
 from envs.registry import EnvContext, EnvRegistry, registry_snapshot
 from sf_core import checkpoint
 from sf_core.component import Component, ComponentError, guarded, use_plain_pickle
@@ -80,9 +81,14 @@ class Runner(Component):
 
     # ---------------------------------------------------------------- setup
     def _probe_spaces(self):
+        """The env's (per-agent) spaces and its number of agents, from one instance made here."""
         env = self.registry.make(self.cfg.env, self.cfg, EnvContext(worker_index=-1, env_index=-1, seed=self.seed))
         try:
-            return env.observation_space, env.action_space
+            agents = num_agents(env)
+            if is_multi_agent(env) and self.cfg.batched_sampling:
+                raise ConfigError(f"env {self.cfg.env!r} is a multi-agent env ({agents} agents): it needs "
+                                  f"--batched_sampling=False (batched sampling steps single-agent envs only)")
+            return env.observation_space, env.action_space, agents
         finally:
             env.close()
 
@@ -92,7 +98,7 @@ class Runner(Component):
             self.registry.check_picklable()
         # the algorithm's graph is checked here, so a broken one fails before any process starts
         build_graph(algorithm_builder(cfg.algo)(cfg).nodes, BATCH_KEYS)
-        obs_space, action_space = self._probe_spaces()
+        obs_space, action_space, agents_per_env = self._probe_spaces()
         resume_from = None
         if cfg.restart_behavior == "resume" or resume:
             resume_from = checkpoint.latest_checkpoint(checkpoint.checkpoint_dir(self.experiment.path))
@@ -112,7 +118,7 @@ class Runner(Component):
         model = initial_model(cfg, obs_space, action_space, seed, state["model"] if state else None)
         self.topology = build_components(cfg, self, self.registry, obs_space, action_space, model,
                                  state["version"] if state else 0, resolve_device(cfg.device), seed,
-                                 checkpoint.checkpoint_dir(self.experiment.path), resume_from)
+                                 checkpoint.checkpoint_dir(self.experiment.path), resume_from, agents_per_env)
 
     # ---------------------------------------------------------------- run
     def run(self) -> int:

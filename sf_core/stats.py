@@ -21,6 +21,8 @@ class TrainingStats:
         self.num_episodes = 0
         self.returns: deque[float] = deque(maxlen=window)
         self.lengths: deque[int] = deque(maxlen=window)
+        # multi-agent envs: recent returns of each agent index (a competitive game averages to 0 overall)
+        self.agent_returns: dict[int, deque[float]] = {}
         self.learner: dict[str, float] = {}
         self.fps_history: deque[tuple[float, int]] = deque(maxlen=64)
         self.seconds = {"env_step": 0.0, "inference": 0.0, "learner": 0.0}
@@ -47,9 +49,10 @@ class TrainingStats:
                 self.first_frame_at = time.time()
             self.seconds["env_step"] += report["env_seconds"]
             self.env_faults += report["env_faults"]
-            for ret, length in report["episodes"]:
+            for ret, length, agent in report["episodes"]:
                 self.returns.append(ret)
                 self.lengths.append(length)
+                self.agent_returns.setdefault(agent, deque(maxlen=self.returns.maxlen)).append(ret)
                 self.num_episodes += 1
         elif source == "inference":
             self.seconds["inference"] += report["seconds"]
@@ -96,6 +99,12 @@ class TrainingStats:
     def mean_return(self) -> float:
         return float(np.mean(self.returns)) if self.returns else float("nan")
 
+    def agent_mean_returns(self) -> dict[str, float]:
+        """Mean recent return per agent index; empty for single-agent envs."""
+        if len(self.agent_returns) < 2:
+            return {}
+        return {str(agent): float(np.mean(r)) for agent, r in sorted(self.agent_returns.items())}
+
     def summary(self, exit_code: int | None, error: str | None) -> dict:
         return {
             "exit_code": exit_code, "error": error, "seconds": self.elapsed(), "frames": self.frames,
@@ -108,6 +117,7 @@ class TrainingStats:
             "worker_restarts": self.worker_restarts,
             "checkpoints_saved": self.checkpoints_saved,
             "final_learner_stats": dict(self.learner),
+            "agent_mean_returns": self.agent_mean_returns(),
         }
 
     # ---- output
@@ -128,6 +138,8 @@ class TrainingStats:
             w.add_scalar("episode/return", self.mean_return(), step)
             w.add_scalar("episode/length", float(np.mean(self.lengths)), step)
             w.add_scalar("episode/count", self.num_episodes, step)
+            for agent, mean in self.agent_mean_returns().items():
+                w.add_scalar(f"episode/return_agent_{agent}", mean, step)
         w.add_scalar("faults/env_restarts", self.env_faults, step)
         w.add_scalar("faults/worker_restarts", self.worker_restarts, step)
         w.add_scalar("perf/training_hours", (self.previous_seconds + self.elapsed()) / 3600, step)
