@@ -1,4 +1,5 @@
-"""Real learning runs: CartPole solved serially and asynchronously, a user's env, Pendulum-style Box."""
+"""Real learning runs: CartPole solved serially, asynchronously and with non-batched sampling, a user's
+env, Pendulum-style Box. (Multi-agent learning: tests/test_multi_agent.py.)"""
 
 import json
 import os
@@ -50,6 +51,12 @@ def test_cartpole_solved_serial_then_enjoy_with_video(tmp_path):
 @pytest.mark.timeout(180)
 def test_cartpole_solved_async(tmp_path):
     solve_cartpole(tmp_path, "--num_workers=2", "--seed=2")
+
+
+@pytest.mark.timeout(180)
+def test_cartpole_solved_non_batched(tmp_path):
+    """--batched_sampling=False: each env stepped on its own, through the multi-agent runner (one agent)."""
+    solve_cartpole(tmp_path, "--batched_sampling=False", "--num_workers=2", "--seed=3")
 
 
 USER_SCRIPT = textwrap.dedent('''
