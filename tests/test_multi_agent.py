@@ -198,6 +198,32 @@ def test_lag_mask_leaves_inactive_rows_out():
     assert out["lag_stats"]["dropped_for_lag_fraction"] == pytest.approx(0.5)
 
 
+class FlakyRelay(RelayGame):
+    """Raises on its 30th step (every new instance starts counting again)."""
+
+    def step(self, actions):
+        self.calls = getattr(self, "calls", 0) + 1
+        if self.calls == 30:
+            raise RuntimeError("the relay dropped the call")
+        return super().step(actions)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("policy", ["stop", "restart"])
+def test_multi_agent_env_faults_stop_or_restart_the_split(tmp_path, policy):
+    register_env("FlakyRelay-v0", lambda name, cfg, ctx: FlakyRelay())
+    code, summary = train(tmp_path, "--env=FlakyRelay-v0", "--batched_sampling=False", "--serial_mode=True",
+                          "--num_workers=1", "--num_envs_per_worker=2", "--rollout=8", "--batch_size=64",
+                          "--encoder_mlp_layers", "16", "--train_for_env_steps=2000", f"--env_fault_policy={policy}",
+                          "--seed=5")
+    if policy == "stop":
+        assert code == 1 and "the relay dropped the call" in summary["error"]
+        assert "FlakyRelay-v0" in summary["error"]
+    else:
+        assert code == 0, summary.get("error")
+        assert summary["env_faults"] >= 2 and summary["frames"] >= 2000
+
+
 # ------------------------------------------------------------------------------------------ flags
 def test_batched_sampling_false_is_accepted_and_multi_agent_needs_it(tmp_path, capsys):
     cfg, _ = parse_args(["--env=RelayGame-v0", "--batched_sampling=False"])
