@@ -54,7 +54,10 @@ class EnvRegistry:
         if name in self.factories:
             env = self.factories[name](name, cfg, ctx)
             if not isinstance(env, gym.Env):
-                raise ValueError(f"factory registered for {name!r} returned {type(env).__name__}, not a gymnasium.Env")
+                hint = (" (a PettingZoo env: wrap it in envs.pettingzoo.PettingZooParallelEnv)"
+                        if hasattr(env, "possible_agents") else "")
+                raise ValueError(f"factory registered for {name!r} returned {type(env).__name__}, "
+                                 f"not a gymnasium.Env{hint}")
             return env
         if name.startswith("atari_") or name.startswith("ALE/"):
             return _make_atari(name, cfg, ctx)

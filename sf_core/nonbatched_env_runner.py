@@ -20,8 +20,9 @@ class NonBatchedEnvRunner(SplitRunner):
     def make_env(self, registry: EnvRegistry, ctx: EnvContext):
         env = registry.make(self.cfg.env, self.cfg, ctx)
         if num_agents(env) != self.layout.agents_per_env:  # the buffers are sized by the probe env
-            raise EnvStepError(f"{self.env_name(ctx.env_index)} has {num_agents(env)} agents, but the env the "
-                               f"runner probed has {self.layout.agents_per_env}: every instance must have as many")
+            e = ctx.env_index - self.split_index * self.layout.envs_per_split
+            raise EnvStepError(f"{self.env_name(e)} has {num_agents(env)} agents, but the env the runner "
+                               f"probed has {self.layout.agents_per_env}: every instance must have as many")
         return as_multi_agent(env)
 
     def rows_of(self, e: int) -> range:

@@ -122,6 +122,12 @@ def test_pettingzoo_adapter_one_hot_observations_and_spaces():
     env.close()
 
 
+def test_unwrapped_pettingzoo_env_from_a_factory_gets_a_hint():
+    registry = EnvRegistry({"Race-v0": lambda name, cfg, ctx: Race()})
+    with pytest.raises(ValueError, match="wrap it in envs.pettingzoo.PettingZooParallelEnv"):
+        registry.make("Race-v0", None, EnvContext(0, 0, 0))
+
+
 def test_single_agent_adapter_auto_resets_and_keeps_final_obs():
     env = SingleAgentAdapter(gym.wrappers.TimeLimit(gym.make("CartPole-v1").unwrapped, max_episode_steps=3))
     obs, _ = env.reset(seed=0)
