@@ -48,19 +48,19 @@ class NonBatchedEnvRunner(SplitRunner):
         for e, env in enumerate(self.envs):
             env_rows = self.rows_of(e)
             # inactive agents get an action too (the env ignores it): the contract is one per agent
-            result = self.call(e, env.step, [self.to_env_action(actions[r]) for r in env_rows])
-            obs, reward, term, trunc, infos = result
+            obs, reward, term, trunc, infos = self.call(e, env.step, [self.to_env_action(actions[r]) for r in env_rows])
             self._check_count(e, "step", obs, reward, term, trunc, infos)
             for a, row in enumerate(env_rows):
                 if acting[row]:
-                    self._agent_step(e, a, row, obs[a], float(reward[a]), bool(term[a]), bool(trunc[a]), infos[a],
+                    self._agent_step(e, a, row, float(reward[a]), bool(term[a]), bool(trunc[a]), infos[a],
                                      rewards, terminated, truncated)
                 self._store_obs(t + 1, row, obs[a], infos[a])
         self.store_step(rewards, terminated, truncated)
         return bool(truncated.any())
 
-    def _agent_step(self, e: int, a: int, row: int, obs, reward: float, term: bool, trunc: bool, info: dict,
+    def _agent_step(self, e: int, a: int, row: int, reward: float, term: bool, trunc: bool, info: dict,
                     rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
+        """Statistics and flags of one acting agent's step (its next observation is stored apart)."""
         rewards[row] = reward
         if term or trunc:
             self.record_episode(row, reward, info, agent=a)

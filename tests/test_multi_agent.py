@@ -133,7 +133,7 @@ def test_single_agent_adapter_auto_resets_and_keeps_final_obs():
     obs, _ = env.reset(seed=0)
     for _ in range(2):
         env.step([0])
-    obs, rewards, term, trunc, infos = env.step([0])
+    obs, _, _, trunc, infos = env.step([0])
     assert trunc == [True] and "final_obs" in infos[0]
     assert not np.array_equal(obs[0], infos[0]["final_obs"])  # obs starts the next episode
 
@@ -183,10 +183,10 @@ def test_non_batched_runner_rows_per_agent_inactive_mask_and_truncation():
 def test_agent_going_inactive_mid_episode_is_refused():
     class Vanishing(RelayGame):
         def step(self, actions):
-            obs, rewards, term, trunc, infos = super().step(actions)
+            obs, rewards, _, trunc, _ = super().step(actions)
             return obs, rewards, [False, False], trunc, [{"is_active": False}, {}]
 
-    runner, buffers = make_runner(lambda name, cfg, ctx: Vanishing(), agents=2)
+    runner, _ = make_runner(lambda name, cfg, ctx: Vanishing(), agents=2)
     with pytest.raises(EnvStepError, match="inactive in the middle of its episode"):
         runner.step()
 
