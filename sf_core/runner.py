@@ -259,6 +259,7 @@ class Runner(Component):
         if len(stats.returns) >= cfg.stats_window and stats.mean_return() >= cfg.target_mean_return:
             log.info("reached --target_mean_return=%g", cfg.target_mean_return)
             stats.target_reached_at = now
+            stats.mean_return_at_target = stats.mean_return()
             self.exit_code = EXIT_OK
         elif stats.frames >= cfg.train_for_env_steps:
             log.info("reached --train_for_env_steps=%d", cfg.train_for_env_steps)

@@ -30,6 +30,9 @@ class TrainingStats:
         self.inference_requests = 0
         self.first_frame_at: float | None = None
         self.target_reached_at: float | None = None
+        # the mean return that met --target_mean_return: episodes finished during the shutdown that
+        # follows still enter the window, so the closing mean can dip just under the target
+        self.mean_return_at_target: float | None = None
         self.env_faults = 0
         self.worker_restarts = 0  # rollout worker processes that died and were restarted
         self.checkpoints_saved = 0
@@ -113,6 +116,7 @@ class TrainingStats:
             "mean_length": float(np.mean(self.lengths)) if self.lengths else None,
             "time_to_first_frame": self.first_frame_at - self.started if self.first_frame_at else None,
             "time_to_target": self.target_reached_at - self.started if self.target_reached_at else None,
+            "mean_return_at_target": self.mean_return_at_target,
             "component_seconds": dict(self.seconds), "env_faults": self.env_faults,
             "worker_restarts": self.worker_restarts,
             "checkpoints_saved": self.checkpoints_saved,
