@@ -17,7 +17,7 @@ from algo import nodes as n
 from algo.graph import ModelSlot, Node
 
 BATCH_KEYS = ("obs", "actions", "log_prob", "values_behaviour", "rewards", "dones", "truncated", "trunc_values",
-              "policy_version", "rnn_states")
+              "policy_version", "rnn_states", "inactive")
 
 
 @dataclass
@@ -37,7 +37,7 @@ def common_nodes(cfg: Any, rewards_key: str = "rewards", recompute: bool = False
     """Lag mask, values, truncation folded into rewards: shared by all three algorithms."""
     values = RECOMPUTE if recompute or cfg.recompute_values else BEHAVIOUR_VALUES
     return [
-        Node("lag_mask", "compute", ("policy_version",), ("mask", "lag_stats"), n.lag_mask),
+        Node("lag_mask", "compute", ("policy_version", "inactive"), ("mask", "lag_stats"), n.lag_mask),
         values,
         Node("fold_truncation", "compute", (rewards_key, "truncated", "trunc_values", "dones"),
              ("shaped_rewards", "episode_ends"), n.fold_truncation(rewards_key)),
@@ -46,7 +46,7 @@ def common_nodes(cfg: Any, rewards_key: str = "rewards", recompute: bool = False
 
 TARGET_INPUTS = ("shaped_rewards", "values", "episode_ends")
 UPDATE_INPUTS = ("obs", "actions", "log_prob", "advantages", "value_targets", "values", "mask", "rnn_states",
-                 "episode_ends")
+                 "episode_ends", "inactive")
 
 
 def ppo(cfg: Any, rewards_key: str = "rewards") -> Algorithm:

@@ -2,7 +2,7 @@
 
 Each takes (context, inputs) and returns its outputs; `algo.algorithms` wires them into graphs.
 Batch tensors are time-major: [T, N] per step, [T+1, N] for observations (last row: bootstrap).
-  1. lag_mask          which samples are recent enough to train on
+  1. lag_mask          which samples are recent enough to train on (and real: not an inactive agent's)
   2. values            the behaviour policy's, or recomputed with the current model (and, for
                        V-trace, the current policy's log-probs)
   3. fold_truncation   a time-limit cut ends the trajectory but bootstraps from V(final obs)
@@ -25,10 +25,18 @@ Inputs = dict[str, Any]
 
 # 1. ------------------------------------------------------------------------------------------------
 def lag_mask(ctx: Context, x: Inputs) -> Inputs:
+    """Mask 1 for samples to train on: recent enough (--max_policy_lag) and taken by an agent that was
+    acting (a multi-agent env's agent that finished early leaves `inactive` rows, which are no samples)."""
     lag = (ctx.policy_version - x["policy_version"]).float()
-    mask = (lag <= ctx.params.max_policy_lag).float()
-    return {"mask": mask, "lag_stats": {"policy_lag_mean": lag.mean().item(), "policy_lag_max": lag.max().item(),
-                                        "dropped_for_lag_fraction": 1.0 - mask.mean().item()}}
+    recent = lag <= ctx.params.max_policy_lag
+    active = ~x["inactive"]
+    mask = (recent & active).float()
+    samples = max(1, int(active.sum()))
+    return {"mask": mask, "lag_stats": {
+        "policy_lag_mean": lag[active].mean().item() if active.any() else 0.0,
+        "policy_lag_max": lag[active].max().item() if active.any() else 0.0,
+        "dropped_for_lag_fraction": float((active & ~recent).sum()) / samples,
+        "inactive_fraction": 1.0 - active.float().mean().item()}}
 
 
 # 2. ------------------------------------------------------------------------------------------------
@@ -133,7 +141,10 @@ def _minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn, epochs: int) -> dict
     model = slot.module
     T, N = x["actions"].shape[:2]
     mask = x["mask"]
-    model.update_obs_stats(x["obs"][:-1].flatten(0, 1))
+    obs = x["obs"][:-1].flatten(0, 1)
+    if "inactive" in x:  # only observations agents acted on (an inactive agent's row holds zeros)
+        obs = obs[~x["inactive"].flatten()]
+    model.update_obs_stats(obs)
     if not mask.any():  # every sample too stale to train on (--max_policy_lag)
         return {"skipped_datasets": 1.0}
     if model.returns_norm is not None:

@@ -1,8 +1,9 @@
 """Which function builds an env for a given name.
 
 Users call `register_env(name, factory)`. Names nobody registered go to an integration: `atari_*` names
-and `ALE/...` ids to envs/atari.py (ale-py), the MuJoCo v5 locomotion ids to envs/mujoco.py
-(`gymnasium.make`, with a tracking camera when rendering), anything else to `gymnasium.make`.
+and `ALE/...` ids to envs/atari.py (ale-py), `pettingzoo:<module>` names to envs/pettingzoo.py, the
+MuJoCo v5 locomotion ids to envs/mujoco.py (`gymnasium.make`, with a tracking camera when rendering),
+anything else to `gymnasium.make`.
 
 Worker processes do not inherit module globals under the `spawn` start method, so the runner takes a
 snapshot of the registry (`registry_snapshot`) and ships it to every component; workers build envs
@@ -53,10 +54,15 @@ class EnvRegistry:
         if name in self.factories:
             env = self.factories[name](name, cfg, ctx)
             if not isinstance(env, gym.Env):
-                raise ValueError(f"factory registered for {name!r} returned {type(env).__name__}, not a gymnasium.Env")
+                hint = (" (a PettingZoo env: wrap it in envs.pettingzoo.PettingZooParallelEnv)"
+                        if hasattr(env, "possible_agents") else "")
+                raise ValueError(f"factory registered for {name!r} returned {type(env).__name__}, "
+                                 f"not a gymnasium.Env{hint}")
             return env
         if name.startswith("atari_") or name.startswith("ALE/"):
             return _make_atari(name, cfg, ctx)
+        if name.startswith("pettingzoo:"):
+            return _make_pettingzoo(name, cfg, ctx)
         try:
             if is_mujoco_name(name):
                 return make_mujoco_env(name, cfg, ctx)
@@ -94,6 +100,16 @@ def _make_atari(name: str, cfg: Any, ctx: EnvContext) -> gym.Env:
 
     try:
         return make_atari_env(name, cfg, ctx)
+    except ValueError as exc:
+        raise EnvNotFoundError(str(exc)) from None
+
+
+def _make_pettingzoo(name: str, cfg: Any, ctx: EnvContext) -> gym.Env:
+    """`pettingzoo:<module>`: that module's parallel env, adapted by envs/pettingzoo.py."""
+    from envs.pettingzoo import make_pettingzoo_env
+
+    try:
+        return make_pettingzoo_env(name, cfg, ctx)
     except ValueError as exc:
         raise EnvNotFoundError(str(exc)) from None
 

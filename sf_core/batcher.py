@@ -1,6 +1,6 @@
 """Batcher: turns finished trajectories into learner datasets. Runs on a thread beside the learner.
 
-Signals in:  new_trajectories(slot)     from rollout workers (one slot = envs_per_split trajectories)
+Signals in:  new_trajectories(slot)     from rollout workers (one slot = rows_per_split trajectories)
              batch_consumed(index)      from the learner: that dataset buffer is free again
              stop()
 Signals out: batch_ready(index)          to the learner
@@ -38,7 +38,7 @@ class Batcher(Component):
 
     @guarded
     def new_trajectories(self, slot: int) -> None:
-        E = self.layout.envs_per_split
+        E = self.layout.rows_per_split
         self.ready.extend((slot, e) for e in range(E))
         self.uncopied[slot] = E
         self._build()

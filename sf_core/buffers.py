@@ -1,7 +1,8 @@
 """Shared-memory tensors, allocated once by the runner before any process starts.
 
-Trajectory buffers are time-major per slot: `[num_slots, rollout + 1, envs_per_split, ...]`. A slot
-belongs to one split of one rollout worker; each split owns `sets_per_split` slots and cycles through
+Trajectory buffers are time-major per slot: `[num_slots, rollout + 1, rows_per_split, ...]`, one row
+per agent of each env of the split (`envs_per_split × agents_per_env`; single-agent envs: one row per
+env). A slot belongs to one split of one rollout worker; each split owns `sets_per_split` slots and cycles through
 them. Row t of a slot holds the observation at step t and, once inference has run, the action,
 log-prob, value and policy version chosen there; rewards/dones of step t are in row t too. Row
 `rollout` holds the bootstrap observation (and the next action, which is carried into row 0 of the
@@ -28,11 +29,13 @@ class BufferLayout:
     envs_per_split: int
     rollout: int
     sets_per_split: int
+    agents_per_env: int = 1  # multi-agent envs: each agent is a trajectory row of its own
 
     @classmethod
-    def from_config(cls, cfg) -> "BufferLayout":
+    def from_config(cls, cfg, agents_per_env: int = 1) -> "BufferLayout":
         splits_total = cfg.num_workers * cfg.worker_num_splits
-        trajectories_per_round = splits_total * cfg.envs_per_split()
+        rows = cfg.envs_per_split() * agents_per_env
+        trajectories_per_round = splits_total * rows
         dataset_trajectories = cfg.dataset_size() // cfg.rollout
         # Async: room for one whole dataset plus one more round, so sampling goes on while the learner
         # trains. Sync: just enough for one dataset, so workers wait for the new weights (policy lag 0
@@ -45,11 +48,15 @@ class BufferLayout:
             sets = math.ceil(dataset_trajectories / producers) + 1
         else:
             # a slot is freed only once all its trajectories are copied, so a dataset that splits a
-            # slot leaves up to envs_per_split - 1 of them waiting: room for those too, or it deadlocks
-            E = cfg.envs_per_split()
-            partial = E - 1 if dataset_trajectories % E else 0
+            # slot leaves up to rows - 1 of them waiting: room for those too, or it deadlocks
+            partial = rows - 1 if dataset_trajectories % rows else 0
             sets = math.ceil((dataset_trajectories + partial) / trajectories_per_round)
-        return cls(cfg.num_workers, cfg.worker_num_splits, cfg.envs_per_split(), cfg.rollout, sets)
+        return cls(cfg.num_workers, cfg.worker_num_splits, cfg.envs_per_split(), cfg.rollout, sets, agents_per_env)
+
+    @property
+    def rows_per_split(self) -> int:
+        """Trajectories one slot holds: one per agent of each env of the split."""
+        return self.envs_per_split * self.agents_per_env
 
     @property
     def num_splits_total(self) -> int:
@@ -77,13 +84,13 @@ class TrajectoryBuffers:
     """The tensors every component reads and writes; numpy views give cheap per-step access."""
 
     KEYS = ("obs", "actions", "log_prob", "values", "rewards", "dones", "truncated", "trunc_values",
-            "policy_version", "rnn_states")
+            "policy_version", "rnn_states", "inactive")
 
     def __init__(self, layout: BufferLayout, obs_space: gym.Space, action_space: gym.Space, rnn_state_size: int = 0):
         self.layout = layout
         obs_shape, obs_dtype = obs_storage(obs_space)
         act_shape, act_dtype = action_storage(action_space)
-        lead = (layout.num_slots, layout.rollout + 1, layout.envs_per_split)
+        lead = (layout.num_slots, layout.rollout + 1, layout.rows_per_split)
         self.obs = _shared(lead + obs_shape, obs_dtype)
         self.actions = _shared(lead + act_shape, act_dtype)
         self.log_prob = _shared(lead, torch.float32)
@@ -96,9 +103,12 @@ class TrajectoryBuffers:
         # the recurrent state each row's action was chosen with (width 0 for a feed-forward model), so
         # the learner can unroll the core from it; and each env's latest state, per split
         self.rnn_states = _shared(lead + (rnn_state_size,), torch.float32)
-        self.rnn_latest = _shared((layout.num_splits_total, layout.envs_per_split, rnn_state_size), torch.float32)
+        self.rnn_latest = _shared((layout.num_splits_total, layout.rows_per_split, rnn_state_size), torch.float32)
+        # a multi-agent env's agent that finished early and waits for the others: its row is no sample
+        # (stays all False for single-agent envs, so only the non-batched runner writes it)
+        self.inactive = _shared(lead, torch.bool)
         # the final observation of an env truncated at the last step, per split
-        self.final_obs = _shared((layout.num_splits_total, layout.envs_per_split) + obs_shape, obs_dtype)
+        self.final_obs = _shared((layout.num_splits_total, layout.rows_per_split) + obs_shape, obs_dtype)
 
     def tensors(self) -> dict[str, torch.Tensor]:
         return {key: getattr(self, key) for key in self.KEYS}

@@ -186,11 +186,29 @@ class ComponentProcess(EventLoopProcess):
         ParentWatchdog(self.event_loop, f"{self.name}_parent_watchdog")  # the loop keeps it (loop.objects)
         threads = [threading.Thread(target=run_loop, args=(loop, comp), name=comp.name, daemon=True)
                    for loop, comp in self.threads]
-        for t in threads:
-            t.start()
+        ThreadStarter(self.event_loop, f"{self.name}_thread_starter", threads)
         run_loop(self.event_loop, self.reporter)
         for t in threads:
-            t.join(timeout=5.0)
+            if t.ident is not None:  # started: the loop may have died before its start signal
+                t.join(timeout=5.0)
+
+
+class ThreadStarter(EventLoopObject):
+    """Starts a process's extra loops (the batcher) from the main loop's `start` signal, not before.
+
+    A signal a thread emits to the main loop's component must queue behind that `start`, or the
+    component handles it before its `on_start` ran: the learner got `batch_ready` before building its
+    model (KeyError 'actor_critic'), seen under spawn on a loaded machine, where the learner process's
+    main thread reached `exec` only after the batcher had filled a dataset."""
+
+    def __init__(self, loop: EventLoop, name: str, threads: list[threading.Thread]):
+        super().__init__(loop, name)
+        self.threads = threads
+        loop.start.connect(self.start_threads)
+
+    def start_threads(self) -> None:
+        for t in self.threads:
+            t.start()
 
 
 class ParentWatchdog(EventLoopObject):

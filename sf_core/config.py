@@ -83,7 +83,10 @@ class Config:
     )
     policy_workers_per_policy: int = flag(1, "rollout", "Inference workers (batched policy forward passes).")
     rollout: int = flag(32, "rollout", "Trajectory length in env steps, the unit the learner trains on.")
-    batched_sampling: bool = flag(True, "rollout", "Step each split's envs as one batch (the only mode so far).")
+    batched_sampling: bool = flag(
+        True, "rollout", "True: step each split's single-agent envs as one batch (the fast path). False: step "
+        "each env on its own, one trajectory per agent: needed for multi-agent envs (PettingZoo included), works "
+        "for any env.")
     serial_mode: bool = flag(False, "rollout", "Run every component on one event loop in this process.")
     async_rl: bool = flag(
         True, "rollout", "Keep sampling while the learner trains (policy lag is measured). False: workers wait "
@@ -237,8 +240,6 @@ class Config:
                 raise ConfigError(f"--env_service_timeout={self.env_service_timeout:g} must be shorter than "
                                   f"--heartbeat_timeout={self.heartbeat_timeout:g}: a worker waiting on a server "
                                   f"that long would be reported as stalled")
-        if not self.batched_sampling:
-            raise ConfigError("--batched_sampling=False (per-env sampling) is not implemented yet")
 
     def _validate_recurrence(self) -> None:
         if self.recurrence == 0 or self.recurrence < -1:

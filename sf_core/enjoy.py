@@ -3,6 +3,7 @@
 Loads the experiment's config.json (so the model is rebuilt exactly as trained) and a checkpoint
 (`--checkpoint=latest|best|PATH`), runs `--max_num_episodes` episodes, prints a summary, writes
 `eval_results.json` into the experiment folder, and with `--save_video` an MP4 of rendered frames.
+A multi-agent env plays in self-play, every agent with the policy; each agent's episode counts.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ import torch
 
 from algo.model import ActorCritic, ModelSpec
 from algo.observations import ObsWriter, obs_storage
+from envs.multi_agent import is_multi_agent
 from envs.registry import EnvContext, EnvNotFoundError, registry_snapshot
 from sf_core import checkpoint
 from sf_core.config import Config, ConfigError, _Parser, str2bool
 from sf_core.train import setup_logging
-from sf_core.vector_env_runner import env_action_converter
+from sf_core.split_runner import env_action_converter
 
 log = logging.getLogger("sf_core")
 
@@ -77,37 +79,20 @@ def evaluate(args: argparse.Namespace) -> dict:
     model = ActorCritic(env.observation_space, env.action_space, spec).to(args.device)
     model.load_state_dict(state["model"])
     model.eval()
-    to_env_action = env_action_converter(env.action_space)
-    writer = ObsWriter(env.observation_space)
-    shape, dtype = obs_storage(env.observation_space)
-    row = torch.zeros((1, *shape), dtype=dtype)  # packs Dict/Tuple observations like the rollout workers
     log.info("evaluating %s (policy v%d) on %s for %d episodes", ckpt_path, state["version"], env_name,
              args.max_num_episodes)
 
-    returns, lengths, frames = [], [], []
-    for episode in range(args.max_num_episodes):
-        obs, _ = env.reset(seed=args.seed + episode)
-        total, length, done = 0.0, 0, False
-        rnn_state = model.initial_state(1, args.device)
-        while not done:
-            if args.save_video and len(frames) < args.video_frames:
-                frames.append(env.render())
-            with torch.no_grad():
-                writer.write(obs, row.numpy()[0])
-                params, _, rnn_state = model.step(row.to(args.device), rnn_state)
-                dist = model.distribution(params)
-                action = (dist.mode() if args.eval_deterministic else dist.sample())[0].cpu().numpy()
-            obs, reward, terminated, truncated, _ = env.step(to_env_action(action))
-            total, length, done = total + float(reward), length + 1, terminated or truncated
-        returns.append(total)
-        lengths.append(length)
-        log.info("episode %d: return %.2f, length %d", episode, total, length)
+    policy = EvalPolicy(model, env.observation_space, args.device, args.eval_deterministic)
+    play = play_multi_agent if is_multi_agent(env) else play_single_agent
+    returns, lengths, agents, frames = play(env, policy, args)
     env.close()
 
     results = {"episodes": len(returns), "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
                "mean_length": float(np.mean(lengths)), "returns": returns, "lengths": lengths,
                "checkpoint": ckpt_path, "policy_version": int(state["version"]), "env": env_name,
                "deterministic": bool(args.eval_deterministic)}
+    if is_multi_agent(env):
+        results["agents"] = agents  # which agent of the env played each episode
     if args.save_video:
         results["video"] = write_video(os.path.join(path, args.video_name), frames, args.fps)
     tmp = os.path.join(path, "eval_results.json.tmp")
@@ -115,6 +100,81 @@ def evaluate(args: argparse.Namespace) -> dict:
         json.dump(results, f, indent=2)
     os.replace(tmp, os.path.join(path, "eval_results.json"))
     return results
+
+
+class EvalPolicy:
+    """The trained policy outside training: packs observations as the rollout workers do and carries
+    each agent's recurrent state through its episode (zeroed when the episode ends)."""
+
+    def __init__(self, model: ActorCritic, obs_space, device: str, deterministic: bool):
+        self.model, self.device, self.deterministic = model, device, deterministic
+        self.writer = ObsWriter(obs_space)
+        self.row_shape, self.row_dtype = obs_storage(obs_space)
+        self.state = model.initial_state(1, device)
+
+    def start(self, agents: int) -> None:
+        self.state = self.model.initial_state(agents, self.device)
+
+    def episode_ended(self, agent: int) -> None:
+        self.state[agent] = 0.0
+
+    @torch.no_grad()
+    def act(self, observations) -> np.ndarray:
+        """Actions for one observation per agent."""
+        rows = torch.zeros((len(observations), *self.row_shape), dtype=self.row_dtype)
+        for i, obs in enumerate(observations):
+            self.writer.write(obs, rows.numpy()[i])
+        params, _, self.state = self.model.step(rows.to(self.device), self.state)
+        dist = self.model.distribution(params)
+        return (dist.mode() if self.deterministic else dist.sample()).cpu().numpy()
+
+
+def play_single_agent(env, policy: EvalPolicy, args) -> tuple[list[float], list[int], list[int], list]:
+    """`--max_num_episodes` episodes, each reset with its own seed."""
+    to_env_action = env_action_converter(env.action_space)
+    returns, lengths, frames = [], [], []
+    for episode in range(args.max_num_episodes):
+        obs, _ = env.reset(seed=args.seed + episode)
+        policy.start(1)
+        total, length, done = 0.0, 0, False
+        while not done:
+            if args.save_video and len(frames) < args.video_frames:
+                frames.append(env.render())
+            obs, reward, terminated, truncated, _ = env.step(to_env_action(policy.act([obs])[0]))
+            total, length, done = total + float(reward), length + 1, terminated or truncated
+        returns.append(total)
+        lengths.append(length)
+        log.info("episode %d: return %.2f, length %d", episode, total, length)
+    return returns, lengths, [0] * len(returns), frames
+
+
+def play_multi_agent(env, policy: EvalPolicy, args) -> tuple[list[float], list[int], list[int], list]:
+    """Self-play: every agent acts with the policy; an episode is one agent's, and the env resets
+    itself (envs/multi_agent.py). Stops after the step that completes `--max_num_episodes` of them,
+    so up to num_agents - 1 more may be counted."""
+    to_env_action = env_action_converter(env.action_space)
+    obs, infos = env.reset(seed=args.seed)
+    policy.start(len(obs))
+    active = np.array([info.get("is_active", True) for info in infos])
+    total, length = np.zeros(len(obs)), np.zeros(len(obs), dtype=np.int64)
+    returns, lengths, agents, frames = [], [], [], []
+    while len(returns) < args.max_num_episodes:
+        if args.save_video and len(frames) < args.video_frames:
+            frames.append(env.render())
+        actions = [to_env_action(a) for a in policy.act(obs)]
+        obs, rewards, terminated, truncated, infos = env.step(actions)
+        for i in np.flatnonzero(active):
+            total[i] += float(rewards[i])
+            length[i] += 1
+            if terminated[i] or truncated[i]:
+                returns.append(float(total[i]))
+                lengths.append(int(length[i]))
+                agents.append(int(i))
+                log.info("episode %d (agent %d): return %.2f, length %d", len(returns) - 1, i, total[i], length[i])
+                total[i], length[i] = 0.0, 0
+                policy.episode_ended(int(i))
+        active = np.array([info.get("is_active", True) for info in infos])
+    return returns, lengths, agents, frames
 
 
 def write_video(path: str, frames: list, fps: int) -> str:

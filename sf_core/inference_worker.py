@@ -73,7 +73,7 @@ class InferenceWorker(Component):
 
         # numpy fancy indexing on the shared buffers: for a few dozen envs it is several times
         # cheaper than torch indexing (docs/performance.md)
-        views, E = self.views, self.layout.envs_per_split
+        views, E = self.views, self.layout.rows_per_split
         slots = np.fromiter((r[2] for r in requests), dtype=np.int64, count=len(requests))
         rows = np.fromiter((r[3] for r in requests), dtype=np.int64, count=len(requests))
         shape = (len(requests), E)

@@ -1,4 +1,4 @@
-"""Rollout worker: owns envs (in `worker_num_splits` VectorEnvRunners) and steps them on request.
+"""Rollout worker: owns envs (in `worker_num_splits` split runners) and steps them on request.
 
 Signals in:  advance_{w}(splits)       inference wrote actions for these splits' current rows
              slots_freed_{w}(slots)    the batcher is done with these trajectory slots
@@ -7,7 +7,8 @@ Signals out: policy_request(worker, split, slot, row, has_truncation)   to its i
              new_trajectories(slot)                                      to the batcher
              report(stats)  component_error(name, details)              to the runner
 
-Double buffering: while one split waits for actions, the worker steps another one.
+Double buffering: while one split waits for actions, the worker steps another one. A split runner is
+a VectorEnvRunner (--batched_sampling=True) or a NonBatchedEnvRunner (False, any multi-agent env).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from envs.remote_env import ServiceError
 from sf_core.buffers import BufferLayout, TrajectoryBuffers
 from sf_core.component import Component, guarded
 from sf_core.heartbeat import Heartbeats
-from sf_core.vector_env_runner import EnvStepError, VectorEnvRunner
+from sf_core.nonbatched_env_runner import NonBatchedEnvRunner
+from sf_core.split_runner import EnvStepError
+from sf_core.vector_env_runner import VectorEnvRunner
 from signal_slot.signal_slot import EventLoop, Timer
 
 log = logging.getLogger("sf_core")
@@ -55,8 +58,9 @@ class RolloutWorker(Component):
     def on_start(self) -> None:
         if self.cfg.env_service:
             self._open_pool()
-        self.runners = [VectorEnvRunner(self.cfg, self.worker, s, self.registry, self.buffers, self.layout, self.seed,
-                                        self.pool) for s in range(self.layout.num_splits)]
+        kind = VectorEnvRunner if self.cfg.batched_sampling else NonBatchedEnvRunner
+        self.runners = [kind(self.cfg, self.worker, s, self.registry, self.buffers, self.layout, self.seed, self.pool)
+                        for s in range(self.layout.num_splits)]
         self.timer = Timer(self.event_loop, REPORT_INTERVAL_SEC, object_id=f"{self.name}_report_timer")
         self.timer.timeout.connect(self.send_report)
         self.beat("resetting envs")
@@ -121,7 +125,8 @@ class RolloutWorker(Component):
             self._restart_split(split, exc)
             return
         self.env_seconds += time.perf_counter() - started
-        self.frames += self.layout.envs_per_split * self.cfg.env_frameskip
+        # one frame per agent step (a row): the unit the learner trains on, for multi-agent envs too
+        self.frames += self.layout.rows_per_split * self.cfg.env_frameskip
         self._request(split, has_truncation)
 
     def _restart_split(self, split: int, error: Exception) -> None:

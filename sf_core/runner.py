@@ -25,6 +25,7 @@ import torch
 
 from algo.algorithms import BATCH_KEYS, algorithm_builder
 from algo.graph import build_graph
+from envs.multi_agent import is_multi_agent, num_agents
 from envs.registry import EnvContext, EnvRegistry, registry_snapshot
 from sf_core import checkpoint
 from sf_core.component import Component, ComponentError, guarded, use_plain_pickle
@@ -80,11 +81,16 @@ class Runner(Component):
 
     # ---------------------------------------------------------------- setup
     def _probe_spaces(self):
+        """The env's (per-agent) spaces and its number of agents, from one instance made here."""
         if self.cfg.env_service:
             return self._probe_service_spaces()
         env = self.registry.make(self.cfg.env, self.cfg, EnvContext(worker_index=-1, env_index=-1, seed=self.seed))
         try:
-            return env.observation_space, env.action_space
+            agents = num_agents(env)
+            if is_multi_agent(env) and self.cfg.batched_sampling:
+                raise ConfigError(f"env {self.cfg.env!r} is a multi-agent env ({agents} agents): it needs "
+                                  f"--batched_sampling=False (batched sampling steps single-agent envs only)")
+            return env.observation_space, env.action_space, agents
         finally:
             env.close()
 
@@ -102,7 +108,7 @@ class Runner(Component):
             raise ConfigError(f"--env_service: {exc}") from None
         finally:
             close_context()  # no ZeroMQ I/O threads in a process about to fork the workers
-        return space_from_json(d["observation_space"]), space_from_json(d["action_space"])
+        return space_from_json(d["observation_space"]), space_from_json(d["action_space"]), 1
 
     def _build(self, resume: bool = False, start_method: str | None = None) -> None:
         cfg = self.cfg if start_method is None else replace(self.cfg, mp_start_method=start_method)
@@ -110,7 +116,7 @@ class Runner(Component):
             self.registry.check_picklable()
         # the algorithm's graph is checked here, so a broken one fails before any process starts
         build_graph(algorithm_builder(cfg.algo)(cfg).nodes, BATCH_KEYS)
-        obs_space, action_space = self._probe_spaces()
+        obs_space, action_space, agents_per_env = self._probe_spaces()
         resume_from = None
         if cfg.restart_behavior == "resume" or resume:
             resume_from = checkpoint.latest_checkpoint(checkpoint.checkpoint_dir(self.experiment.path))
@@ -130,7 +136,7 @@ class Runner(Component):
         model = initial_model(cfg, obs_space, action_space, seed, state["model"] if state else None)
         self.topology = build_components(cfg, self, self.registry, obs_space, action_space, model,
                                  state["version"] if state else 0, resolve_device(cfg.device), seed,
-                                 checkpoint.checkpoint_dir(self.experiment.path), resume_from)
+                                 checkpoint.checkpoint_dir(self.experiment.path), resume_from, agents_per_env)
 
     # ---------------------------------------------------------------- run
     def run(self) -> int:
@@ -271,6 +277,7 @@ class Runner(Component):
         if len(stats.returns) >= cfg.stats_window and stats.mean_return() >= cfg.target_mean_return:
             log.info("reached --target_mean_return=%g", cfg.target_mean_return)
             stats.target_reached_at = now
+            stats.mean_return_at_target = stats.mean_return()
             self.exit_code = EXIT_OK
         elif stats.frames >= cfg.train_for_env_steps:
             log.info("reached --train_for_env_steps=%d", cfg.train_for_env_steps)

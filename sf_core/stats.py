@@ -21,6 +21,8 @@ class TrainingStats:
         self.num_episodes = 0
         self.returns: deque[float] = deque(maxlen=window)
         self.lengths: deque[int] = deque(maxlen=window)
+        # multi-agent envs: recent returns of each agent index (a competitive game averages to 0 overall)
+        self.agent_returns: dict[int, deque[float]] = {}
         self.learner: dict[str, float] = {}
         self.fps_history: deque[tuple[float, int]] = deque(maxlen=64)
         self.seconds = {"env_step": 0.0, "inference": 0.0, "learner": 0.0}
@@ -28,6 +30,9 @@ class TrainingStats:
         self.inference_requests = 0
         self.first_frame_at: float | None = None
         self.target_reached_at: float | None = None
+        # the mean return that met --target_mean_return: episodes finished during the shutdown that
+        # follows still enter the window, so the closing mean can dip just under the target
+        self.mean_return_at_target: float | None = None
         self.env_faults = 0
         self.worker_restarts = 0  # rollout worker processes that died and were restarted
         self.checkpoints_saved = 0
@@ -58,9 +63,10 @@ class TrainingStats:
                 self.slot_faults += service["slot_faults"]
                 self.slot_readmissions += service["readmitted"]
                 self.interrupted_episodes += service["interrupted_episodes"]
-            for ret, length in report["episodes"]:
+            for ret, length, agent in report["episodes"]:
                 self.returns.append(ret)
                 self.lengths.append(length)
+                self.agent_returns.setdefault(agent, deque(maxlen=self.returns.maxlen)).append(ret)
                 self.num_episodes += 1
         elif source == "inference":
             self.seconds["inference"] += report["seconds"]
@@ -107,6 +113,12 @@ class TrainingStats:
     def mean_return(self) -> float:
         return float(np.mean(self.returns)) if self.returns else float("nan")
 
+    def agent_mean_returns(self) -> dict[str, float]:
+        """Mean recent return per agent index; empty for single-agent envs."""
+        if len(self.agent_returns) < 2:
+            return {}
+        return {str(agent): float(np.mean(r)) for agent, r in sorted(self.agent_returns.items())}
+
     def summary(self, exit_code: int | None, error: str | None) -> dict:
         return {
             "exit_code": exit_code, "error": error, "seconds": self.elapsed(), "frames": self.frames,
@@ -115,12 +127,14 @@ class TrainingStats:
             "mean_length": float(np.mean(self.lengths)) if self.lengths else None,
             "time_to_first_frame": self.first_frame_at - self.started if self.first_frame_at else None,
             "time_to_target": self.target_reached_at - self.started if self.target_reached_at else None,
+            "mean_return_at_target": self.mean_return_at_target,
             "component_seconds": dict(self.seconds), "env_faults": self.env_faults,
             "worker_restarts": self.worker_restarts,
             "checkpoints_saved": self.checkpoints_saved,
             "slot_faults": self.slot_faults, "slot_readmissions": self.slot_readmissions,
             "interrupted_episodes": self.interrupted_episodes,
             "final_learner_stats": dict(self.learner),
+            "agent_mean_returns": self.agent_mean_returns(),
         }
 
     # ---- output
@@ -141,6 +155,8 @@ class TrainingStats:
             w.add_scalar("episode/return", self.mean_return(), step)
             w.add_scalar("episode/length", float(np.mean(self.lengths)), step)
             w.add_scalar("episode/count", self.num_episodes, step)
+            for agent, mean in self.agent_mean_returns().items():
+                w.add_scalar(f"episode/return_agent_{agent}", mean, step)
         w.add_scalar("faults/env_restarts", self.env_faults, step)
         w.add_scalar("faults/worker_restarts", self.worker_restarts, step)
         if self.service:

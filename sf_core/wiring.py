@@ -60,16 +60,16 @@ def component_names(cfg) -> list[str]:
 
 def build_components(cfg, runner: Component, registry: EnvRegistry, obs_space: gym.Space, action_space: gym.Space,
                 model: ActorCritic, version: int, device: str, seed: int, checkpoint_dir: str,
-                resume_from: str | None) -> Topology:
+                resume_from: str | None, agents_per_env: int = 1) -> Topology:
     ctx = multiprocessing.get_context(start_method(cfg.mp_start_method, device))
-    layout = BufferLayout.from_config(cfg)
+    layout = BufferLayout.from_config(cfg, agents_per_env)
     buffers = TrajectoryBuffers(layout, obs_space, action_space, model.rnn_state_size)
     datasets = DatasetBuffers(buffers, cfg.dataset_size() // cfg.rollout)
     weights = SharedWeights(model, make_lock(cfg.serial_mode, ctx))
     weights.version[0] = version
     log.info("model: %s parameters; buffers: %d trajectory slots of %d×%d steps",
              f"{sum(p.numel() for p in model.parameters()):,}", layout.num_slots, layout.rollout + 1,
-             layout.envs_per_split)
+             layout.rows_per_split)
 
     topology = Topology()
     topology.heartbeats = None if cfg.serial_mode else Heartbeats(component_names(cfg))

@@ -222,3 +222,63 @@ def test_restart_policy_survives_a_killed_worker_process(tmp_path):
     assert summary["worker_restarts"] == 1
     assert summary["frames"] >= 1500000  # training carried on to its target after the restart
     assert summary["mean_return"] > 100
+
+
+def _make_start_order_objects(main_loop, thread_loop, results):
+    from signal_slot.signal_slot import EventLoopObject
+
+    class Main(EventLoopObject):
+        def __init__(self):
+            super().__init__(main_loop, "start_order_main")
+            self.started = False
+            main_loop.start.connect(self.on_start)
+
+        def on_start(self):
+            time.sleep(0.5)  # building a model takes a while
+            self.started = True
+
+        def ping(self):
+            results.put(self.started)
+            self.event_loop.stop()
+
+    class Early(EventLoopObject):
+        def __init__(self):
+            super().__init__(thread_loop, "start_order_early")
+            self.name = "start_order_early"  # ComponentProcess names the thread after it
+            thread_loop.start.connect(self.on_start)
+
+        def on_start(self):
+            self.emit("ping")
+            self.event_loop.stop()
+
+    main, early = Main(), Early()
+    early.connect("ping", main.ping)
+    return main, early
+
+
+@pytest.mark.timeout(60)
+def test_thread_loops_start_after_the_process_loop_handled_start():
+    """A signal from the batcher thread reached the learner before its on_start (KeyError
+    'actor_critic' under spawn on a loaded machine): thread loops now start from the main loop's start."""
+    import multiprocessing
+
+    from signal_slot.signal_slot import EventLoop
+
+    from sf_core.component import ComponentProcess, use_plain_pickle
+
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    proc = ComponentProcess("start_order_proc", ctx, 1)
+    thread_loop = use_plain_pickle(EventLoop("start_order_thread_loop"))
+    _, early = _make_start_order_objects(proc.event_loop, thread_loop, results)
+    proc.threads.append((thread_loop, early))
+    proc.start()
+    try:
+        assert results.get(timeout=30) is True, "the thread's signal was handled before on_start"
+    finally:
+        proc.join(timeout=10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=5)
+        results.close()
+        results.join_thread()

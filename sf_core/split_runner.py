@@ -1,0 +1,173 @@
+"""What every split runner shares: its envs' trajectory slots, the carry-over between them, and
+how a step's rewards and flags are stored.
+
+A split runner owns the envs of one split of a rollout worker and the rows they fill in the split's
+current slot. Two kinds step the envs (chosen by --batched_sampling):
+- `VectorEnvRunner` (sf_core/vector_env_runner.py): single-agent envs, one row each, stepped as one batch;
+- `NonBatchedEnvRunner` (sf_core/nonbatched_env_runner.py): each env on its own, one row per agent.
+Neither waits for anything itself: the RolloutWorker decides when a split may step.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+
+from algo.observations import ObsWriter
+from envs.env_pool import EnvPool, PooledEnv
+from envs.registry import EnvContext, EnvRegistry
+from sf_core.buffers import BufferLayout, TrajectoryBuffers
+
+
+class EnvStepError(RuntimeError):
+    pass
+
+
+def env_action_converter(space: gym.Space) -> Callable[[np.ndarray], Any]:
+    """Policy outputs (as stored in buffers) to what env.step expects."""
+    if isinstance(space, gym.spaces.Discrete):
+        start = int(space.start)
+        return lambda a: int(a) + start
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        start = np.asarray(space.start).ravel()
+        return lambda a: (a.astype(np.int64) + start).reshape(space.nvec.shape)
+    if isinstance(space, gym.spaces.Box):
+        low, high = space.low, space.high
+        return lambda a: np.clip(a, low, high).astype(space.dtype)
+    raise ValueError(f"unsupported action space {space}")
+
+
+class SplitRunner:
+    # row T of a finished slot becomes row 0 of the next (see docs/architecture.md, "Carry-over")
+    CARRIED = ("obs", "actions", "log_prob", "values", "policy_version", "inactive", "rnn_states")
+
+    def __init__(self, cfg, worker: int, split: int, registry: EnvRegistry, buffers: TrajectoryBuffers,
+                 layout: BufferLayout, seed: int, pool: EnvPool | None = None):
+        self._args = (cfg, worker, split, registry, buffers, layout, seed, pool)
+        self.pool = pool
+        self.cfg, self.worker, self.split = cfg, worker, split
+        self.layout = layout
+        self.split_index = layout.split_index(worker, split)
+        first_env = self.split_index * layout.envs_per_split
+        self.seeds = [seed + first_env + e for e in range(layout.envs_per_split)]
+        self.envs = [self.make_env(registry, EnvContext(worker, first_env + e, s)) for e, s in enumerate(self.seeds)]
+        self.to_env_action = env_action_converter(self.envs[0].action_space)
+        self.writer = ObsWriter(self.envs[0].observation_space)  # packs Dict/Tuple observations
+
+        # numpy views of shared memory: per-step writes without torch dispatch overhead
+        self.obs = buffers.obs.numpy()
+        self.actions = buffers.actions.numpy()
+        self.rewards = buffers.rewards.numpy()
+        self.dones = buffers.dones.numpy()
+        self.truncated = buffers.truncated.numpy()
+        self.inactive = buffers.inactive.numpy()
+        self.final_obs = buffers.final_obs.numpy()[self.split_index]
+        self.carried = [getattr(buffers, key).numpy() for key in self.CARRIED]
+
+        self.free_sets = deque(range(layout.sets_per_split))
+        self.faults_in_a_row = 0
+        self.slot = -1
+        self.t = 0
+        rows = layout.rows_per_split
+        self.episode_return = np.zeros(rows)
+        self.episode_length = np.zeros(rows, dtype=np.int64)
+        # (return, length, agent index within its env): one entry per finished agent episode
+        self.finished_episodes: list[tuple[float, int, int]] = []
+
+    # ---------------------------------------------------------------- what a kind of runner defines
+    def make_env(self, registry: EnvRegistry, ctx: EnvContext):
+        if self.pool is not None:  # --env_service: envs on the worker's slots; the worker waits, not reset()
+            return PooledEnv(self.pool, acquire_timeout=0.0)
+        return registry.make(self.cfg.env, self.cfg, ctx)
+
+    def reset(self, slot: int) -> None:
+        """Reset every env and start a trajectory in `slot` at row 0."""
+        raise NotImplementedError
+
+    def step(self) -> bool:
+        """Step every env with the actions in row t; returns whether any row was truncated."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- slots
+    def env_name(self, e: int) -> str:
+        return f"env {self.cfg.env!r} (worker {self.worker}, split {self.split}, env {e})"
+
+    def take_free_slot(self) -> int:
+        return self.layout.slot_index(self.worker, self.split, self.free_sets.popleft())
+
+    def restart_episodes(self) -> None:
+        """After an env slot failed: drop the trajectory in progress (row 0 of the same slot is written
+        again, so none of its rows reach the learner) and start new episodes in every env of the split.
+        Envs that lost their slot acquire another; raises EnvStepError if none is free."""
+        self.seeds = [s + 1_000_003 for s in self.seeds]  # do not replay the interrupted episodes
+        self.episode_return[:] = 0.0
+        self.episode_length[:] = 0
+        self.reset(self.slot)
+
+    def recreated(self) -> "SplitRunner":
+        """Fresh envs for this split, keeping its slot bookkeeping (after an env fault)."""
+        fresh = type(self)(*self._args)
+        fresh.free_sets = self.free_sets
+        fresh.finished_episodes = self.finished_episodes
+        fresh.faults_in_a_row = self.faults_in_a_row
+        fresh.seeds = [s + 1_000_003 for s in self.seeds]  # do not replay the episode that failed
+        return fresh
+
+    def trajectory_complete(self) -> bool:
+        return self.t == self.layout.rollout
+
+    def next_slot(self) -> bool:
+        """Move to the next free slot, carrying the last row over as row 0; False if none is free."""
+        if not self.free_sets:
+            return False
+        old, self.slot = self.slot, self.layout.slot_index(self.worker, self.split, self.free_sets.popleft())
+        T = self.layout.rollout
+        for array in self.carried:
+            array[self.slot, 0] = array[old, T]
+        self.t = 0
+        return True
+
+    def release(self, k: int) -> None:
+        self.free_sets.append(k)
+
+    # ---------------------------------------------------------------- per step
+    def record_episode(self, row: int, reward: float, info: dict, agent: int = 0) -> None:
+        """Row `row` ended its episode with this step's `reward`; clear its running totals."""
+        if "episode_return" not in info:
+            self.finished_episodes.append((float(self.episode_return[row] + reward),
+                                           int(self.episode_length[row]) + 1, agent))
+        elif info["episode_return"] is not None:  # the env's own statistics (Atari: whole games)
+            self.finished_episodes.append((float(info["episode_return"]), int(info["episode_length"]), agent))
+        self.episode_return[row] = 0.0
+        self.episode_length[row] = 0
+
+    def store_step(self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
+        """Check and store row t's rewards and flags (the next observations are already in row t+1)."""
+        slot, t = self.slot, self.t
+        next_obs = self.obs[slot, t + 1]
+        if not np.isfinite(rewards).all() or not self.writer.is_finite(next_obs):
+            bad = [r for r in range(len(rewards))
+                   if not np.isfinite(rewards[r]) or not self.writer.is_finite(next_obs[r])]
+            raise EnvStepError(f"{self.env_name(bad[0] // self.layout.agents_per_env)} returned a non-finite "
+                               f"observation or reward (reward {rewards[bad[0]]}); refusing to train on it")
+        scaled = np.clip(rewards * self.cfg.reward_scale, -self.cfg.reward_clip, self.cfg.reward_clip)
+        self.rewards[slot, t] = scaled
+        self.dones[slot, t] = terminated
+        self.truncated[slot, t] = truncated
+        self.t = t + 1
+
+    def call(self, e: int, fn: Callable, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            raise EnvStepError(f"{self.env_name(e)} raised in {fn.__name__}(): {type(exc).__name__}: {exc}") from exc
+
+    def close(self) -> None:
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001 - closing is best effort at shutdown
+                pass
