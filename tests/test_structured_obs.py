@@ -101,7 +101,8 @@ def test_dict_observation_env_trains_end_to_end(tmp_path):
                           "--ppo_clip_ratio=0.2", "--learning_rate=1e-3", "--target_mean_return=0.8",
                           "--train_for_env_steps=200000", "--train_for_seconds=100", "--seed=1")
     assert code == 0, summary.get("error")
-    assert summary["mean_return"] >= 0.8, summary  # chance is 0.25, one field alone 0.5
+    assert summary["time_to_target"] is not None, summary
+    assert summary["mean_return_at_target"] >= 0.8, summary  # chance is 0.25, one field alone 0.5
 
 
 class TinyEncoder(torch.nn.Module):
@@ -137,6 +138,7 @@ def test_custom_encoder_and_core_train_in_spawned_processes(tmp_path):
                           "--num_workers=2", "--mp_start_method=spawn", "--rollout=16", "--batch_size=512",
                           "--target_mean_return=150", "--train_for_env_steps=400000", "--train_for_seconds=100")
     assert code == 0, summary.get("error")
-    assert summary["mean_return"] >= 150, summary  # random play: about 22
+    assert summary["time_to_target"] is not None, summary
+    assert summary["mean_return_at_target"] >= 150, summary  # random play: about 22
     state = torch.load(summary["last_checkpoint"], weights_only=True)["model"]
     assert "actor.encoder.user_layers.0.weight" in state and "actor.core.cell.weight_hh" in state
