@@ -25,11 +25,12 @@ import signal
 import sys
 import time
 from queue import Empty
-from typing import Any, Sequence
+from typing import Sequence
 
 from envs.remote_env import close_context
 from sf_core.config import str2bool
 from sf_core.eval_worker import WorkerSpec, worker_main
+from sf_core.logs import setup_logging
 from sf_core.service_config import Endpoint, ServiceConfigError, parse_service, probe, worker_slice
 
 log = logging.getLogger("sf_core")
@@ -293,16 +294,6 @@ class Coordinator:
                 log.warning("eval worker %d did not stop in time: killing it", w)
                 proc.kill()
                 proc.join(timeout=5)
-
-
-def setup_logging() -> None:
-    """Like sf_core.train's, without importing torch (the evaluator needs it only for a trained policy)."""
-    if not log.handlers:
-        handler = logging.StreamHandler(sys.stdout)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
-        log.propagate = False
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,7 @@ import time
 from typing import Sequence
 
 from envs.registry import EnvNotFoundError
+from sf_core import logs
 from sf_core.component import quiet_signal_slot_logs
 from sf_core.config import ConfigError, build_parser, parse_args
 
@@ -16,12 +17,7 @@ log = logging.getLogger("sf_core")
 
 
 def setup_logging() -> None:
-    if not log.handlers:
-        handler = logging.StreamHandler(sys.stdout)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
-        log.propagate = False
+    logs.setup_logging()
     quiet_signal_slot_logs()
 
 
