@@ -93,3 +93,12 @@ def test_memory_task_lstm_async(tmp_path):
     assert code == 0, summary.get("error")
     assert summary["time_to_target"] is not None, summary
     assert summary["mean_return_at_target"] >= 0.9, summary
+
+
+@pytest.mark.timeout(240)
+def test_memory_task_non_batched_sampling(tmp_path):
+    # the per-env runner writes rows one by one; states are kept per row like in the batched path
+    code, summary = train(tmp_path, *MEMORY, "--serial_mode=True", "--use_rnn=True", "--batched_sampling=False")
+    assert code == 0, summary.get("error")
+    assert summary["time_to_target"] is not None, summary
+    assert summary["mean_return_at_target"] >= 0.9, summary
