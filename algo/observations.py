@@ -72,6 +72,8 @@ class PackedObs:
             offset += -(-nbytes // ALIGN) * ALIGN
         self.nbytes = offset
         self._float_fields = [f for f in self.fields if f.dtype.kind == "f"]
+        # (field, torch dtype) resolved once: unpack runs on every inference batch
+        self._torch_fields = [(f, torch.from_numpy(np.empty(0, dtype=f.dtype)).dtype) for f in self.fields]
 
     def pack_into(self, obs: Any, out: np.ndarray) -> None:
         """Write one observation (nested dicts/tuples of arrays) into a uint8 row of `nbytes`."""
@@ -86,9 +88,8 @@ class PackedObs:
         """[B, nbytes] uint8 -> {key: [B, *shape]} views of the same memory."""
         batch = packed.shape[0]
         out = {}
-        for field in self.fields:
+        for field, dtype in self._torch_fields:
             raw = packed[:, field.offset:field.offset + field.nbytes]
-            dtype = torch.from_numpy(np.empty(0, dtype=field.dtype)).dtype
             out[field.key] = (raw if dtype == torch.uint8 else raw.view(dtype)).reshape(batch, *field.shape)
         return out
 

@@ -164,14 +164,22 @@ class RolloutWorker(Component):
         log.warning("%s: %s; split %d drops its unfinished trajectory and continues on another slot",
                     self.name, error, split)
         self.beat("recovering env slots")
+        failure = self._restart_split(split)
+        if failure is not None:
+            self._park(split, failure)
+            return
+        self._request(split, has_truncation=False)
+
+    def _restart_split(self, split: int) -> EnvStepError | None:
+        """New episodes in every env of the split; the slot failure if no healthy slot is free (any
+        other error propagates)."""
         try:
             self.runners[split].restart_episodes()
         except EnvStepError as exc:
             if not self._is_slot_failure(exc):
                 raise
-            self._park(split, exc)
-            return
-        self._request(split, has_truncation=False)
+            return exc
+        return None
 
     def _park(self, split: int, error: Exception) -> None:
         self.parked.setdefault(split, time.time())
@@ -186,16 +194,13 @@ class RolloutWorker(Component):
             return
         for split, since in sorted(self.parked.items()):
             self.beat("waiting for env slots")
-            try:
-                self.runners[split].restart_episodes()
-            except EnvStepError as exc:
-                if not self._is_slot_failure(exc):
-                    raise
+            failure = self._restart_split(split)
+            if failure is not None:
                 waited = time.time() - since
                 if waited > self.cfg.env_service_down_timeout:
                     raise EnvStepError(f"split {split} found no healthy env slot for {waited:.0f}s "
                                        f"(--env_service_down_timeout={self.cfg.env_service_down_timeout:g}): "
-                                       f"{exc}") from exc
+                                       f"{failure}") from failure
                 continue
             del self.parked[split]
             log.info("%s: split %d runs again after %.1fs without a slot", self.name, split, time.time() - since)
