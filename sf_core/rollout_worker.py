@@ -164,13 +164,13 @@ class RolloutWorker(Component):
         log.warning("%s: %s; split %d drops its unfinished trajectory and continues on another slot",
                     self.name, error, split)
         self.beat("recovering env slots")
-        failure = self._restart_split(split)
+        failure = self._restart_episodes(split)
         if failure is not None:
             self._park(split, failure)
             return
         self._request(split, has_truncation=False)
 
-    def _restart_split(self, split: int) -> EnvStepError | None:
+    def _restart_episodes(self, split: int) -> EnvStepError | None:
         """New episodes in every env of the split; the slot failure if no healthy slot is free (any
         other error propagates)."""
         try:
@@ -194,7 +194,7 @@ class RolloutWorker(Component):
             return
         for split, since in sorted(self.parked.items()):
             self.beat("waiting for env slots")
-            failure = self._restart_split(split)
+            failure = self._restart_episodes(split)
             if failure is not None:
                 waited = time.time() - since
                 if waited > self.cfg.env_service_down_timeout:
