@@ -135,7 +135,8 @@ class ObsPreprocessor(nn.Module):
         if field.is_image:
             if self.layouts[key][1]:
                 x = x.permute(0, 3, 1, 2)
-            return x.float() * (1.0 / 255.0) if field.dtype == np.uint8 else x.float()
+            # in place: the float copy is new, and a second full-size temporary costs as much as the conversion
+            return x.float().mul_(1.0 / 255.0) if field.dtype == np.uint8 else x.float()
         if isinstance(field.space, gym.spaces.Discrete):
             return nn.functional.one_hot(x.long() - int(field.space.start), int(field.space.n)).float()
         return x.reshape(x.shape[0], -1).float()

@@ -34,6 +34,23 @@ from algo.normalization import RunningMeanStd
 from algo.observations import is_structured
 
 
+def autocast(device, mixed_precision: bool):
+    """bfloat16 autocast for model calls when --mixed_precision (a no-op context otherwise); callers
+    convert what comes out back with .float() before losses and sampling."""
+    device_type = "cuda" if str(device).startswith("cuda") else "cpu"
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=mixed_precision)
+
+
+def store_weights_in_bfloat16(model: nn.Module) -> None:
+    """For a model that only runs under `autocast`: keep the weights of the layers autocast computes
+    in bfloat16 (linear, conv) in bfloat16, so they are converted once per weight update, not on
+    every forward call (for a Nature CNN at inference batch sizes, the conversion cost as much as
+    the layer itself). Other layers (RNN cores, normalisers) keep their dtype."""
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)):
+            module.to(torch.bfloat16)
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """The model-related flags, so the model does not depend on the whole config."""

@@ -18,6 +18,7 @@ import torch
 
 from algo import ppo
 from algo.graph import Context
+from algo.model import autocast as model_autocast
 from algo.targets import gae, vtrace
 
 Inputs = dict[str, Any]
@@ -175,9 +176,7 @@ def _minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn, epochs: int) -> dict
 
 
 def autocast(ctx: Context, device: str):
-    """bfloat16 autocast for the model call when --mixed_precision; a no-op context otherwise."""
-    device_type = "cuda" if str(device).startswith("cuda") else "cpu"
-    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=ctx.params.mixed_precision)
+    return model_autocast(device, ctx.params.mixed_precision)
 
 
 def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn) -> dict[str, float]:

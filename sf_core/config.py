@@ -122,8 +122,9 @@ class Config:
     max_policy_lag: int = flag(1000, "learning", "Samples older than this many policy versions are not trained on.")
     shuffle_minibatches: bool = flag(True, "learning", "Shuffle samples across minibatches each epoch.")
     mixed_precision: bool = flag(
-        False, "learning", "Learner forward/backward under bfloat16 autocast (weights, optimizer and losses stay "
-        "float32). About 2.6x faster SGD on CPUs with AMX/AVX512-BF16 and on recent GPUs; slower elsewhere.")
+        False, "learning", "Model forward passes (inference and learner) and the backward under bfloat16 autocast "
+        "(weights, optimizer, losses and sampling stay float32). About 2.6x faster SGD on CPUs with AMX/AVX512-BF16 "
+        "and on recent GPUs; slower elsewhere.")
 
     # --- model
     encoder_mlp_layers: list[int] = flag([512, 512], "model", "Hidden layer sizes of the MLP encoder (1-D and other "

@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from algo.model import ActorCritic, ModelSpec
+from algo.model import ActorCritic, ModelSpec, autocast, store_weights_in_bfloat16
 from sf_core.buffers import BufferLayout, SharedWeights, TrajectoryBuffers
 from sf_core.component import Component, guarded
 from sf_core.heartbeat import Heartbeats
@@ -49,6 +49,8 @@ class InferenceWorker(Component):
         torch.manual_seed(self.seed + 7919 * (self.index + 1))
         self.model = ActorCritic(self.obs_space, self.action_space, self.spec).to(self.device)
         self.model.eval()
+        if self.cfg.mixed_precision:
+            store_weights_in_bfloat16(self.model)  # load_into converts each new version once
         self.version = self.weights.load_into(self.model)
         self.views = {key: t.numpy() for key, t in self.buffers.tensors().items()}
         self.views["rnn_latest"] = self.buffers.rnn_latest.numpy()
@@ -84,7 +86,9 @@ class InferenceWorker(Component):
                                      count=len(requests))
                 params, values, latest = self._recurrent_step(obs, splits, slots, rows)
             else:
-                params, values = self.model(obs)
+                with self.precision():
+                    params, values = self.model(obs)
+            params, values = params.float(), values.float()
             dist = self.model.distribution(params)
             actions = dist.sample()
             views["actions"][slots, rows] = actions.cpu().numpy().reshape(shape + tuple(actions.shape[1:]))
@@ -102,6 +106,10 @@ class InferenceWorker(Component):
         self.stats["batches"] += 1
         self.stats["seconds"] += time.perf_counter() - started
 
+    def precision(self):
+        """The policy runs in bfloat16 under --mixed_precision, as the learner's forward pass does."""
+        return autocast(self.device, self.cfg.mixed_precision)
+
     def _recurrent_step(self, obs: torch.Tensor, splits: np.ndarray, slots: np.ndarray, rows: np.ndarray):
         """Forward with each env's latest state, zeroed where an episode starts at this row; records
         the state used (the learner unrolls from it) and keeps the new one. Returns (params, values,
@@ -113,8 +121,9 @@ class InferenceWorker(Component):
         keep = ~ends & (rows > 0)[:, None]
         state_in = latest * keep[..., None]
         views["rnn_states"][slots, rows] = state_in
-        params, values, state_out = self.model.step(obs, torch.from_numpy(state_in).flatten(0, 1).to(self.device))
-        views["rnn_latest"][splits] = state_out.cpu().numpy().reshape(latest.shape)
+        with self.precision():
+            params, values, state_out = self.model.step(obs, torch.from_numpy(state_in).flatten(0, 1).to(self.device))
+        views["rnn_latest"][splits] = state_out.float().cpu().numpy().reshape(latest.shape)
         return params, values, {split: latest[i] for i, split in enumerate(splits)}
 
     def _truncation_values(self, requests: list[tuple[int, int, int, int, bool]],
@@ -126,12 +135,13 @@ class InferenceWorker(Component):
             mask = self.buffers.truncated[slot, row - 1]
             split_index = self.layout.split_index(worker, split)
             final = self.buffers.final_obs[split_index][mask].to(self.device)
-            if latest is None:
-                _, values = self.model(final)
-            else:  # the final observation would have been seen with the state the env had then
-                state = torch.from_numpy(latest[split_index][mask.numpy()]).to(self.device)
-                _, values, _ = self.model.step(final, state)
-            self.buffers.trunc_values[slot, row - 1, mask] = self.model.denormalize_value(values).cpu()
+            with self.precision():
+                if latest is None:
+                    _, values = self.model(final)
+                else:  # the final observation would have been seen with the state the env had then
+                    state = torch.from_numpy(latest[split_index][mask.numpy()]).to(self.device)
+                    _, values, _ = self.model.step(final, state)
+            self.buffers.trunc_values[slot, row - 1, mask] = self.model.denormalize_value(values.float()).cpu()
 
     @guarded
     def send_report(self) -> None:

@@ -54,8 +54,10 @@ class Learner(Component):
         self.weights.load_into(model)
         self.version = self.weights.current_version()
         cfg = self.cfg
+        # fused: one kernel for all parameters instead of a dozen tensor ops per parameter (docs/performance.md)
+        fused = torch.device(self.device).type in ("cpu", "cuda")
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
-                                     betas=(cfg.adam_beta1, cfg.adam_beta2))
+                                     betas=(cfg.adam_beta1, cfg.adam_beta2), fused=fused)
         self.models = {"actor_critic": ModelSlot(model, optimizer, self.device)}
         algorithm = self.algorithm_builder(cfg)
         self.models.update(algorithm.extra_models(self.models))

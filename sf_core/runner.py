@@ -28,7 +28,7 @@ from algo.graph import build_graph
 from envs.multi_agent import is_multi_agent, num_agents
 from envs.registry import EnvContext, EnvRegistry, registry_snapshot
 from sf_core import checkpoint
-from sf_core.component import Component, ComponentError, guarded, use_plain_pickle
+from sf_core.component import Component, ComponentError, guarded, reuse_freed_memory, use_plain_pickle
 from sf_core.config import Config, ConfigError
 from sf_core.experiment import Experiment
 from sf_core.stats import TrainingStats
@@ -128,7 +128,9 @@ class Runner(Component):
                      f"{self.resumed['frames']:,}")
         # a resumed run must not replay the env seeds of the first one
         seed = self.seed + (state["version"] if state else 0)
-        if not cfg.serial_mode:
+        if cfg.serial_mode:  # every component's tensors are allocated in this process
+            reuse_freed_memory()
+        else:
             # the runner does little torch work itself; one thread keeps OpenMP's pool unstarted,
             # so forked component processes do not inherit a pool whose threads they lack
             self.threads_before_fork = torch.get_num_threads()

@@ -102,3 +102,13 @@ def test_memory_task_non_batched_sampling(tmp_path):
     assert code == 0, summary.get("error")
     assert summary["time_to_target"] is not None, summary
     assert summary["mean_return_at_target"] >= 0.9, summary
+
+
+@pytest.mark.timeout(240)
+def test_memory_task_mixed_precision(tmp_path):
+    # bfloat16 autocast in inference (weights kept in bf16 there) and in the learner; the recurrent
+    # state stays float32 in the shared buffers
+    code, summary = train(tmp_path, *MEMORY, "--num_workers=2", "--use_rnn=True", "--mixed_precision=True")
+    assert code == 0, summary.get("error")
+    assert summary["time_to_target"] is not None, summary
+    assert summary["mean_return_at_target"] >= 0.9, summary
