@@ -664,14 +664,14 @@ if __name__ == "__main__":
 
 
 def sf_command(sf_python: str, launcher: str, cfg, sf_extra: list[str], train_dir: str, bound_seconds: float,
-               module: str | None = None) -> list[str]:
+               module: str | None = None, env: str | None = None) -> list[str]:
     """The Sample Factory 2 command line equivalent to our resolved config `cfg`."""
     def b(x: bool) -> str:
         return "True" if x else "False"
 
     entry = ["-m", module] if module else [launcher]
     device = "cpu" if cfg.device == "cpu" else "gpu"
-    cmd = [sf_python, *entry, f"--env={cfg.env}", "--algo=APPO", f"--train_dir={train_dir}",
+    cmd = [sf_python, *entry, f"--env={env or cfg.env}", "--algo=APPO", f"--train_dir={train_dir}",
            "--experiment=bench_sf", "--restart_behavior=overwrite", f"--device={device}",
            f"--num_workers={cfg.num_workers}", f"--num_envs_per_worker={cfg.num_envs_per_worker}",
            f"--worker_num_splits={cfg.worker_num_splits}",
@@ -734,7 +734,7 @@ def run_sf(args, cfg, work_dir: str) -> dict:
         f.write(SF_LAUNCHER)
     bound = args.startup_timeout + args.warmup + args.seconds + 60
     command = sf_command(sf_python, launcher, cfg, args.sf_extra_flags, os.path.join(work_dir, "sf_train_dir"),
-                         bound, args.sf_module)
+                         bound, args.sf_module, args.sf_env)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("PYTHONPATH", None)  # keep our repo's packages out of the other venv
 
@@ -742,7 +742,10 @@ def run_sf(args, cfg, work_dir: str) -> dict:
         final = SF_FINAL.search(ANSI.sub("", line))
         if final:
             w.extra["sf_final_fps"] = float(final["fps"])
-        return parse_sf(line, read_t, w)
+        point = parse_sf(line, read_t, w)
+        if point is not None:  # SF counts env frames including frameskip (summaries_use_frameskip); samples are steps
+            point.trained = point.frames // max(1, cfg.env_frameskip)
+        return point
 
     w = watch_process(command, parse, args.warmup, args.seconds, args.startup_timeout,
                       os.path.join(work_dir, "sample_factory.log"), cwd=work_dir, env=env, echo=args.verbose)
@@ -795,11 +798,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds excluded from FPS, counted from the first frame (raw env phases: min(warmup, 1))")
     p.add_argument("--output", default="benchmark_results.json", help="JSON results path")
     p.add_argument("--sf_python", help="python of a separate venv with sample-factory 2.1.1; absent: SF not run")
+    p.add_argument("--sf_env", help="the env's id for Sample Factory where its gymnasium 0.29 names it differently "
+                                    "(HalfCheetah-v4 for our HalfCheetah-v5: same model, dynamics and spaces)")
     p.add_argument("--sf_module", help="run SF as `python -m MODULE` (e.g. sf_examples.train_gym_env, which "
                                        "registers only CartPole-v1) instead of the built-in launcher")
     p.add_argument("--extra", action="append", default=[],
                    help='flags for our trainer only, as one string: --extra="--with_vtrace=True --num_epochs=2"')
     p.add_argument("--sf_extra", action="append", default=[], help="flags for Sample Factory only, as one string")
+    p.add_argument("--variant", action="append", default=[],
+                   help='one more training phase of ours with these flags added, in the same run (repeatable): '
+                        '--variant="--mixed_precision=True"')
     p.add_argument("--phases", default=",".join(ALL_PHASES),
                    help=f"comma-separated subset of {','.join(ALL_PHASES)}")
     p.add_argument("--raw_processes", type=int, help="processes of the per-core raw phase (default: usable cores)")
@@ -873,6 +881,8 @@ def compute_ratios(phases: dict) -> dict:
                                                 sf.get("samples_trained_per_s") if sf_ok else None),
         "sampling_vs_sf": ratio(fps.get("sampling"), sf.get("fps") if sf_ok else None),
         "sf_vs_ceiling": ratio(sf.get("fps") if sf_ok else None, ceiling),
+        **{f"{name}_vs_sf": ratio(fps.get(name), sf.get("fps") if sf_ok else None)
+           for name in phases if name.startswith("training_variant")},
     }
 
 
@@ -886,10 +896,8 @@ def table(results: dict) -> str:
     ceiling = phases.get("raw_env_per_core", {}).get("fps")
     head = ("phase", "frames/s", "x raw 1p", "x ceiling", "peak RSS MB", "notes")
     rows = []
-    for name, label in LABELS.items():
-        p = phases.get(name)
-        if p is None:
-            continue
+    for name, p in phases.items():  # in the order they ran
+        label = p.get("label") or LABELS.get(name, name)
         if name == "raw_env_per_core" and p.get("processes"):
             label = f"raw env, {p['processes']} processes"
         if name == "sample_factory" and p.get("version"):
@@ -898,7 +906,8 @@ def table(results: dict) -> str:
             rows.append((label, p.get("status", "?"), "", "", "", (p.get("reason") or p.get("error") or "")[:60]))
             continue
         notes = []
-        if name in ("training", "sample_factory") and p.get("samples_trained_per_s") is not None:
+        trains = name.startswith("training") or name == "sample_factory"
+        if trains and p.get("samples_trained_per_s") is not None:
             notes.append(f"trained {p['samples_trained_per_s']:,.0f}/s")
         if p.get("time_to_first_frame_s") is not None:
             notes.append(f"1st frame {p['time_to_first_frame_s']:.1f}s after launch")
@@ -983,8 +992,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"benchmark: env {args.env}, {usable_cores()} usable cores, timed phases of {args.seconds:g}s after "
           f"{args.warmup:g}s warm-up; work dir {work_dir}", flush=True)
 
-    def phase(name: str, fn: Callable[[], dict], command: str | None = None) -> None:
-        print(f"-> {LABELS[name]} ...", flush=True)
+    def phase(name: str, fn: Callable[[], dict], command: str | None = None, label: str | None = None) -> None:
+        print(f"-> {label or LABELS[name]} ...", flush=True)
         started = time.time()
         if command:
             results["commands"].append(command)
@@ -997,6 +1006,8 @@ def main(argv: list[str] | None = None) -> int:
             phases[name] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
                             "traceback": traceback.format_exc().splitlines()[-12:]}
         p = phases[name]
+        if label:
+            p["label"] = label
         if p.get("command") and p["command"] not in results["commands"]:
             results["commands"].append(p["command"])
         shown = f"{p['fps']:,.0f} frames/s" if p.get("fps") is not None else p.get("reason") or p.get("error", "")
@@ -1015,6 +1026,10 @@ def main(argv: list[str] | None = None) -> int:
             phase("sampling", lambda: run_ours("sampling", args, cfg_argv, extra, work_dir, sampling_only=True))
         if "training" in phases_wanted:
             phase("training", lambda: run_ours("training", args, cfg_argv, extra, work_dir, sampling_only=False))
+            for i, variant in enumerate(args.variant, 1):
+                name, flags = f"training_variant_{i}", shlex.split(variant)
+                phase(name, lambda: run_ours(name, args, cfg_argv, extra + flags, work_dir, sampling_only=False),
+                      label=f"sf_core training {variant}")
         if "sf" in phases_wanted:
             phase("sample_factory", lambda: run_sf(args, cfg, work_dir))
         results["finished"] = True
@@ -1038,6 +1053,9 @@ def main(argv: list[str] | None = None) -> int:
     r = results["ratios"]
     if r.get("training_vs_sf") is not None:
         print(f"ours/SF training frames/s: {r['training_vs_sf']:.2f}")
+    for i, variant in enumerate(args.variant, 1):
+        if r.get(f"training_variant_{i}_vs_sf") is not None:
+            print(f"ours ({variant})/SF training frames/s: {r[f'training_variant_{i}_vs_sf']:.2f}")
     print(f"\nresults: {args.output}" + (f"; logs in {work_dir}" if args.work_dir else ""))
     failed = [n for n, p in phases.items() if p.get("status") == "failed"]
     if failed and not status:

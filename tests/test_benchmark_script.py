@@ -35,9 +35,9 @@ def test_tiny_run_writes_every_figure(tmp_path):
     started = time.time()
     proc = run_script(["--seconds=1.5", "--warmup=0.3", "--num_workers=1", "--num_envs_per_worker=4",
                        "--worker_num_splits=2", "--rollout=16", "--batch_size=128", "--encoder_mlp_layers", "32",
-                       f"--output={out}"], timeout=150)
+                       "--variant=--num_epochs=2 --num_batches_per_epoch=2", f"--output={out}"], timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert time.time() - started < 120
+    assert time.time() - started < 150
     results = json.loads(out.read_text())
 
     assert results["finished"] is True
@@ -45,8 +45,9 @@ def test_tiny_run_writes_every_figure(tmp_path):
     assert results["settings"]["config"]["num_envs_per_worker"] == 4
     assert results["settings"]["config"]["encoder_mlp_layers"] == [32]
     phases = results["phases"]
-    assert set(phases) == {"raw_env_1proc", "raw_env_per_core", "sampling", "training", "sample_factory"}
-    for name in ("raw_env_1proc", "raw_env_per_core", "sampling", "training"):
+    assert list(phases) == ["raw_env_1proc", "raw_env_per_core", "sampling", "training", "training_variant_1",
+                            "sample_factory"]  # in the order they ran
+    for name in ("raw_env_1proc", "raw_env_per_core", "sampling", "training", "training_variant_1"):
         assert phases[name]["status"] == "ok", phases[name]
         assert phases[name]["fps"] > 0
         assert phases[name]["peak_rss_mb"] > 0
@@ -58,13 +59,18 @@ def test_tiny_run_writes_every_figure(tmp_path):
     assert 0 < training["time_to_first_frame_trainer_s"] <= training["time_to_first_frame_s"]
     assert training["summary"]["exit_code"] in (0, 130)
     assert "--sampling_only=False" in training["command"] and "--sampling_only=True" in phases["sampling"]["command"]
+    variant = phases["training_variant_1"]
+    assert variant["label"] == "sf_core training --num_epochs=2 --num_batches_per_epoch=2"
+    assert variant["command"].endswith("--restart_behavior=overwrite") and "--num_epochs=2" in variant["command"]
+    assert variant["samples_trained_per_s"] > 0
     assert phases["sample_factory"] == {"status": "not run", "reason": "--sf_python not given"}
 
     ratios = results["ratios"]
     assert ratios["training_vs_raw_1proc"] > 0 and ratios["sampling_vs_ceiling"] > 0
-    assert ratios["training_vs_sf"] is None
-    assert len(results["commands"]) == 4
+    assert ratios["training_vs_sf"] is None and ratios["training_variant_1_vs_sf"] is None
+    assert len(results["commands"]) == 5
     assert any("sf_core training" in line for line in results["table"])
+    assert any(line.startswith("sf_core training --num_epochs=2") for line in results["table"])
     assert "frames/s" in proc.stdout
 
 

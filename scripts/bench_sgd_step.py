@@ -1,0 +1,102 @@
+"""Time the learner's unit of work on this machine: one SGD step (forward, backward, clip, Adam) of an
+env preset's model on one minibatch, and one inference forward pass, on one torch thread.
+
+    python scripts/bench_sgd_step.py --env=atari_pong
+    python scripts/bench_sgd_step.py --env=atari_pong --mixed_precision
+    python scripts/bench_sgd_step.py --env=atari_pong --default_malloc   # without reuse_freed_memory()
+    python scripts/bench_sgd_step.py --env=CartPole-v1 --flags="--encoder_mlp_layers 512 512"
+
+Observations are random samples of the env's observation space (stored dtype, e.g. uint8 frames), so
+the preprocessing the learner does (conversion, scaling, normalisation) is timed too. Figures are the
+best of 3 repeats of thread CPU time: what one core can do, whatever else the machine runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from algo.model import ActorCritic, ModelSpec, autocast, store_weights_in_bfloat16  # noqa: E402
+from envs.registry import EnvContext, registry_snapshot  # noqa: E402
+from sf_core.component import reuse_freed_memory  # noqa: E402
+from sf_core.config import parse_args  # noqa: E402
+
+
+def best_ms(fn, repeats: int = 3, calls: int = 5) -> float:
+    fn()  # warm-up: first-call allocations and kernel selection
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.thread_time()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.thread_time() - started) / calls)
+    return best * 1e3
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", default="CartPole-v1")
+    p.add_argument("--flags", default="", help="more trainer flags, as one string")
+    p.add_argument("--mixed_precision", action="store_true", help="bf16 autocast, as --mixed_precision=True")
+    p.add_argument("--default_malloc", action="store_true", help="leave glibc's allocator settings alone")
+    p.add_argument("--unfused_adam", action="store_true", help="torch's per-parameter Adam instead of the fused one")
+    p.add_argument("--inference_batch", type=int, default=64)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    if not args.default_malloc:
+        reuse_freed_memory()
+    cfg, _ = parse_args([f"--env={args.env}", *shlex.split(args.flags)])
+    env = registry_snapshot().make(cfg.env, cfg, EnvContext(worker_index=-1, env_index=-1, seed=0))
+    obs_space, action_space = env.observation_space, env.action_space
+    env.close()
+
+    torch.manual_seed(0)
+    spec = ModelSpec.from_config(cfg)
+    model = ActorCritic(obs_space, action_space, spec)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, fused=not args.unfused_adam)
+    B = cfg.batch_size
+    obs = torch.from_numpy(np.stack([obs_space.sample() for _ in range(B)]))
+    actions = torch.as_tensor(np.stack([action_space.sample() for _ in range(B)]))
+    precision = autocast("cpu", args.mixed_precision)
+
+    def sgd_step() -> None:
+        with precision:
+            params, values = model(obs)
+        dist = model.distribution(params.float())
+        loss = -dist.log_prob(actions).mean() + values.float().pow(2).mean() - 0.01 * dist.entropy().mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        optimizer.step()
+
+    step_ms = best_ms(sgd_step)
+    policy = ActorCritic(obs_space, action_space, spec).eval()
+    if args.mixed_precision:
+        store_weights_in_bfloat16(policy)
+    policy.load_state_dict(model.state_dict())
+    batch = obs[:args.inference_batch]
+
+    def forward() -> None:
+        with torch.no_grad(), precision:
+            policy(batch)
+
+    forward_ms = best_ms(forward, calls=20)
+    print(f"env {cfg.env}: minibatch {B}, {sum(t.numel() for t in model.parameters()):,} parameters, "
+          f"{'bf16 autocast' if args.mixed_precision else 'float32'}, "
+          f"{'default malloc' if args.default_malloc else 'reuse_freed_memory()'}, "
+          f"{'per-parameter' if args.unfused_adam else 'fused'} Adam")
+    print(f"SGD step: {step_ms:.1f} ms ({B / step_ms * 1e3:,.0f} samples/s per epoch on one core)")
+    print(f"inference forward, batch {len(batch)}: {forward_ms:.2f} ms ({forward_ms / len(batch) * 1e3:.0f} µs/sample)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
