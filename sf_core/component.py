@@ -164,8 +164,9 @@ def reuse_freed_memory() -> None:
     Above its mmap threshold (32 MiB at most) glibc maps every allocation afresh and unmaps it on
     free, so each new tensor of that size pays a page fault per 4 KiB page when first written: 512
     stacked Atari frames as float32 are 58 MiB, ~14k faults per conversion. Training allocates the
-    same sizes over and over, so the heap stays at its working-set size (docs/performance.md).
-    Linux/glibc only; elsewhere the allocator is left as it is.
+    same sizes over and over: after a few iterations the heap holds a few copies of the biggest
+    block (torch's aligned allocations leave gaps) and stops growing (tests/test_allocator.py,
+    docs/performance.md). Linux/glibc only; elsewhere the allocator is left as it is.
     """
     try:
         libc = ctypes.CDLL(None)

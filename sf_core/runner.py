@@ -25,6 +25,7 @@ import torch
 
 from algo.algorithms import BATCH_KEYS, algorithm_builder
 from algo.graph import build_graph
+from algo.model import has_fast_bfloat16
 from envs.multi_agent import is_multi_agent, num_agents
 from envs.registry import EnvContext, EnvRegistry, registry_snapshot
 from sf_core import checkpoint
@@ -136,8 +137,13 @@ class Runner(Component):
             self.threads_before_fork = torch.get_num_threads()
             torch.set_num_threads(1)
         model = initial_model(cfg, obs_space, action_space, seed, state["model"] if state else None)
+        device = resolve_device(cfg.device)
+        if not cfg.mixed_precision and has_fast_bfloat16(device):
+            kind = "GPU" if device.startswith("cuda") else "CPU"
+            log.info("this %s computes bfloat16 in hardware: --mixed_precision=True trains up to ~2x faster where "
+                     "the learner is the bottleneck (docs/performance.md)", kind)
         self.topology = build_components(cfg, self, self.registry, obs_space, action_space, model,
-                                 state["version"] if state else 0, resolve_device(cfg.device), seed,
+                                 state["version"] if state else 0, device, seed,
                                  checkpoint.checkpoint_dir(self.experiment.path), resume_from, agents_per_env)
 
     # ---------------------------------------------------------------- run
@@ -310,7 +316,8 @@ class Runner(Component):
                 return
         if self.topology.heartbeats is not None:
             for name, silent, activity in self.topology.heartbeats.stalled(self.cfg.heartbeat_timeout, now):
-                self._fail(name, f"no heartbeat for {silent:.0f}s (--heartbeat_timeout={self.cfg.heartbeat_timeout:g}); "
+                limit = self.cfg.heartbeat_timeout
+                self._fail(name, f"no heartbeat for {silent:.0f}s (--heartbeat_timeout={limit:g}); "
                                  f"its last activity: {activity}")
                 return
 

@@ -86,10 +86,15 @@ def test_memory_task_needs_the_rnn(tmp_path):
 
 
 @pytest.mark.timeout(240)
-def test_memory_task_lstm_async(tmp_path):
+@pytest.mark.parametrize("flags", [
     # worker processes: each env's state lives in shared memory between inference requests
-    code, summary = train(tmp_path, *MEMORY, "--num_workers=2", "--use_rnn=True", "--rnn_type=lstm",
-                          "--with_vtrace=True")
+    ("--rnn_type=lstm", "--with_vtrace=True"),
+    # bfloat16 autocast in inference (weights kept in bf16 there) and in the learner; the recurrent
+    # state stays float32 in the shared buffers
+    ("--mixed_precision=True",),
+], ids=["lstm_vtrace", "mixed_precision"])
+def test_memory_task_async(tmp_path, flags):
+    code, summary = train(tmp_path, *MEMORY, "--num_workers=2", "--use_rnn=True", *flags)
     assert code == 0, summary.get("error")
     assert summary["time_to_target"] is not None, summary
     assert summary["mean_return_at_target"] >= 0.9, summary
@@ -103,12 +108,3 @@ def test_memory_task_non_batched_sampling(tmp_path):
     assert summary["time_to_target"] is not None, summary
     assert summary["mean_return_at_target"] >= 0.9, summary
 
-
-@pytest.mark.timeout(240)
-def test_memory_task_mixed_precision(tmp_path):
-    # bfloat16 autocast in inference (weights kept in bf16 there) and in the learner; the recurrent
-    # state stays float32 in the shared buffers
-    code, summary = train(tmp_path, *MEMORY, "--num_workers=2", "--use_rnn=True", "--mixed_precision=True")
-    assert code == 0, summary.get("error")
-    assert summary["time_to_target"] is not None, summary
-    assert summary["mean_return_at_target"] >= 0.9, summary
