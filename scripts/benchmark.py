@@ -31,6 +31,7 @@ Flags for our trainer only: --extra="--with_vtrace=True --num_epochs=2" (repeata
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import multiprocessing
@@ -365,6 +366,7 @@ class Watch:
     memory: dict = field(default_factory=dict)
     wall_seconds: float = 0.0
     killed: list[str] = field(default_factory=list)
+    shm_removed: list[str] = field(default_factory=list)  # shared-memory files its processes left behind
 
 
 def _reader(stream, out: queue.Queue) -> None:
@@ -461,6 +463,7 @@ def watch_process(command: list[str], parse: Callable[[str, float, Watch], Point
                 # trainer, anything still there a few seconds later was left behind)
                 w.killed = monitor.kill_all(grace=3.0 if proc.poll() is not None else 0.5)
                 w.killed += _kill_session(proc.pid, w.wall_launched)  # and any orphan the monitor did not see
+                w.shm_removed = _remove_left_shm(list(monitor.seen))
                 try:
                     proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
@@ -474,6 +477,21 @@ def watch_process(command: list[str], parse: Callable[[str, float, Watch], Point
     if not w.stopped_by:
         w.stopped_by = "exited by itself"
     return w
+
+
+def _remove_left_shm(pids: list[int]) -> list[str]:
+    """torch's file_system sharing strategy (Sample Factory uses it) names its shared-memory files
+    /dev/shm/torch_<creator pid>_*; processes stopped mid-run leave some behind. Once the whole
+    tree is gone nobody can use them: remove them so benchmark runs do not fill /dev/shm."""
+    removed = []
+    for pid in pids:
+        for path in glob.glob(f"/dev/shm/torch_{pid}_*"):
+            try:
+                os.unlink(path)
+                removed.append(os.path.basename(path))
+            except OSError:
+                pass
+    return removed
 
 
 class _no_interrupts:
@@ -594,6 +612,7 @@ def run_ours(name: str, args, cfg_argv: list[str], extra: list[str], work_dir: s
         "exit_code": w.exit_code, "stopped_by": w.stopped_by, "wall_seconds": w.wall_seconds,
         "warmup_seconds": args.warmup, "timed_seconds": args.seconds,
         **w.memory,
+        "shm_files_left_behind": len(w.shm_removed),
         "summary": summary,
         "command": shlex.join(command),
     }
@@ -772,6 +791,7 @@ def run_sf(args, cfg, work_dir: str) -> dict:
         "exit_code": w.exit_code, "stopped_by": w.stopped_by, "wall_seconds": w.wall_seconds,
         "warmup_seconds": args.warmup, "timed_seconds": args.seconds,
         **w.memory,
+        "shm_files_left_behind": len(w.shm_removed),  # removed by the benchmark afterwards
         "command": shlex.join(command),
     }
     if not ok:

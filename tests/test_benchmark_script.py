@@ -58,6 +58,7 @@ def test_tiny_run_writes_every_figure(tmp_path):
     assert training["window"]["seconds"] > 0 and training["window"]["frames"] > 0
     assert 0 < training["time_to_first_frame_trainer_s"] <= training["time_to_first_frame_s"]
     assert training["summary"]["exit_code"] in (0, 130)
+    assert training["shm_files_left_behind"] == 0  # ours unlink their shared memory
     assert "--sampling_only=False" in training["command"] and "--sampling_only=True" in phases["sampling"]["command"]
     variant = phases["training_variant_1"]
     assert variant["label"] == "sf_core training --num_epochs=2 --num_batches_per_epoch=2"
