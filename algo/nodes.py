@@ -18,7 +18,7 @@ import torch
 
 from algo import ppo
 from algo.graph import Context
-from algo.model import autocast as model_autocast
+from algo.model import autocast
 from algo.targets import gae, vtrace
 
 Inputs = dict[str, Any]
@@ -50,7 +50,7 @@ def recompute(ctx: Context, x: Inputs) -> Inputs:
     model = ctx.models["actor_critic"].module
     obs, actions = x["obs"], x["actions"]
     T, N = actions.shape[:2]
-    with autocast(ctx, ctx.models["actor_critic"].device):
+    with autocast(ctx.models["actor_critic"].device, ctx.params.mixed_precision):
         if model.recurrent:  # rows 0..T-1 as sequences, the bootstrap row T from its recorded state
             R = ctx.params.recurrence
             params, values_norm = model.sequence(to_chunks(obs[:-1], R), x["rnn_states"][0:T:R].flatten(0, 1),
@@ -175,14 +175,10 @@ def _minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn, epochs: int) -> dict
     return stats
 
 
-def autocast(ctx: Context, device: str):
-    return model_autocast(device, ctx.params.mixed_precision)
-
-
 def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn) -> dict[str, float]:
     p, slot = ctx.params, ctx.models["actor_critic"]
     model = slot.module
-    with autocast(ctx, slot.device):
+    with autocast(slot.device, p.mixed_precision):
         dist_params, values = model.sequence(mb.pop("obs"), mb.pop("initial_states"), mb.pop("resets"))
     # losses in float32, over [sequence length × sequences] flattened
     dist_params, values = dist_params.float().flatten(0, 1), values.float().flatten(0, 1)

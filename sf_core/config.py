@@ -123,8 +123,8 @@ class Config:
     shuffle_minibatches: bool = flag(True, "learning", "Shuffle samples across minibatches each epoch.")
     mixed_precision: bool = flag(
         False, "learning", "Model forward passes (inference and learner) and the backward under bfloat16 autocast "
-        "(weights, optimizer, losses and sampling stay float32). About 2.6x faster SGD on CPUs with AMX/AVX512-BF16 "
-        "and on recent GPUs; slower elsewhere.")
+        "(weights, optimizer, losses and sampling stay float32). SGD steps 2.3-2.5x faster on a CPU with AMX "
+        "(scripts/bench_sgd_step.py); also for recent GPUs; slower where bf16 is emulated.")
 
     # --- model
     encoder_mlp_layers: list[int] = flag([512, 512], "model", "Hidden layer sizes of the MLP encoder (1-D and other "
