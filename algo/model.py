@@ -38,7 +38,7 @@ from algo.observations import is_structured
 def autocast(device, mixed_precision: bool):
     """bfloat16 autocast for model calls when --mixed_precision (a no-op context otherwise); callers
     convert what comes out back with .float() before losses and sampling."""
-    if not mixed_precision:  # a disabled torch.autocast still costs ~5 µs per use, on every inference call
+    if not mixed_precision:  # a disabled torch.autocast still costs several µs per use, on every inference call
         return contextlib.nullcontext()
     device_type = "cuda" if str(device).startswith("cuda") else "cpu"
     return torch.autocast(device_type, dtype=torch.bfloat16)
