@@ -143,8 +143,8 @@ def _minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn, epochs: int) -> dict
     T, N = x["actions"].shape[:2]
     mask = x["mask"]
     obs = x["obs"][:-1].flatten(0, 1)
-    if "inactive" in x:  # only observations agents acted on (an inactive agent's row holds zeros)
-        obs = obs[~x["inactive"].flatten()]
+    if "inactive" in x and x["inactive"].any():  # only observations agents acted on (an inactive agent's
+        obs = obs[~x["inactive"].flatten()]      # row holds zeros); no copy of every frame when all acted
     model.update_obs_stats(obs)
     if not mask.any():  # every sample too stale to train on (--max_policy_lag)
         return {"skipped_datasets": 1.0}
