@@ -1,5 +1,6 @@
-"""Time the learner's unit of work on this machine: one SGD step (forward, backward, clip, Adam) of an
-env preset's model on one minibatch, and one inference forward pass, on one torch thread.
+"""Time the learner's unit of work on this machine: one SGD step of an env preset's model (the learner's
+own `_sgd_step`: forward, PPO losses, backward, clipping, Adam) on one minibatch of synthetic samples,
+and one inference forward pass, on one torch thread.
 
     python scripts/bench_sgd_step.py --env=atari_pong
     python scripts/bench_sgd_step.py --env=atari_pong --mixed_precision
@@ -18,13 +19,17 @@ import os
 import shlex
 import sys
 import time
+from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from algo.graph import Context, ModelSlot  # noqa: E402
 from algo.model import ActorCritic, ModelSpec, autocast, store_weights_in_bfloat16  # noqa: E402
+from algo.nodes import _ppo_policy_loss, _sgd_step  # noqa: E402
+from algo.params import LearningParams  # noqa: E402
 from envs.registry import EnvContext, registry_snapshot  # noqa: E402
 from sf_core.component import reuse_freed_memory  # noqa: E402
 from sf_core.config import parse_args  # noqa: E402
@@ -59,23 +64,22 @@ def main() -> int:
     env.close()
 
     torch.manual_seed(0)
+    cfg = replace(cfg, mixed_precision=args.mixed_precision)
     spec = ModelSpec.from_config(cfg)
     model = ActorCritic(obs_space, action_space, spec)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, fused=not args.unfused_adam)
+    ctx = Context({"actor_critic": ModelSlot(model, optimizer)}, LearningParams.from_config(cfg))
     B = cfg.batch_size
     obs = torch.from_numpy(np.stack([obs_space.sample() for _ in range(B)]))
     actions = torch.as_tensor(np.stack([action_space.sample() for _ in range(B)]))
-    precision = autocast("cpu", args.mixed_precision)
+    # one minibatch as the learner's _minibatch_sgd hands it over: B sequences of length 1
+    minibatch = {"obs": obs[None], "actions": actions[None], "log_prob": torch.full((1, B), -1.0),
+                 "advantages": torch.randn(1, B), "targets": torch.randn(1, B), "old_values": torch.zeros(1, B),
+                 "mask": torch.ones(1, B), "resets": torch.zeros(1, B, dtype=torch.bool),
+                 "initial_states": torch.zeros(B, model.rnn_state_size)}
 
-    def sgd_step() -> None:
-        with precision:
-            params, values = model(obs)
-        dist = model.distribution(params.float())
-        loss = -dist.log_prob(actions).mean() + values.float().pow(2).mean() - 0.01 * dist.entropy().mean()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-        optimizer.step()
+    def sgd_step() -> None:  # the learner's own step: losses, backward, clipping, Adam
+        _sgd_step(ctx, dict(minibatch), _ppo_policy_loss)
 
     step_ms = best_ms(sgd_step)
     policy = ActorCritic(obs_space, action_space, spec).eval()
@@ -83,6 +87,7 @@ def main() -> int:
         store_weights_in_bfloat16(policy)
     policy.load_state_dict(model.state_dict())
     batch = obs[:args.inference_batch]
+    precision = autocast("cpu", args.mixed_precision)
 
     def forward() -> None:
         with torch.no_grad(), precision:

@@ -123,7 +123,7 @@ class Config:
     shuffle_minibatches: bool = flag(True, "learning", "Shuffle samples across minibatches each epoch.")
     mixed_precision: bool = flag(
         False, "learning", "Model forward passes (inference and learner) and the backward under bfloat16 autocast "
-        "(weights, optimizer, losses and sampling stay float32). SGD steps 2.3-2.5x faster on a CPU with AMX "
+        "(weights, optimizer, losses and sampling stay float32). SGD steps 2.2-2.5x faster on a CPU with AMX "
         "(scripts/bench_sgd_step.py); also for recent GPUs; slower where bf16 is emulated.")
 
     # --- model
