@@ -102,7 +102,7 @@ class SplitRunner:
         """After an env slot failed: drop the trajectory in progress (row 0 of the same slot is written
         again, so none of its rows reach the learner) and start new episodes in every env of the split.
         Envs that lost their slot acquire another; raises EnvStepError if none is free."""
-        self.seeds = [s + 1_000_003 for s in self.seeds]  # do not replay the interrupted episodes
+        self.seeds = self.fresh_seeds()
         self.episode_return[:] = 0.0
         self.episode_length[:] = 0
         self.reset(self.slot)
@@ -113,8 +113,12 @@ class SplitRunner:
         fresh.free_sets = self.free_sets
         fresh.finished_episodes = self.finished_episodes
         fresh.faults_in_a_row = self.faults_in_a_row
-        fresh.seeds = [s + 1_000_003 for s in self.seeds]  # do not replay the episode that failed
+        fresh.seeds = self.fresh_seeds()
         return fresh
+
+    def fresh_seeds(self) -> list[int]:
+        """Seeds for restarted envs: never those of the interrupted or failed episodes."""
+        return [s + 1_000_003 for s in self.seeds]
 
     def trajectory_complete(self) -> bool:
         return self.t == self.layout.rollout
@@ -123,7 +127,7 @@ class SplitRunner:
         """Move to the next free slot, carrying the last row over as row 0; False if none is free."""
         if not self.free_sets:
             return False
-        old, self.slot = self.slot, self.layout.slot_index(self.worker, self.split, self.free_sets.popleft())
+        old, self.slot = self.slot, self.take_free_slot()
         T = self.layout.rollout
         for array in self.carried:
             array[self.slot, 0] = array[old, T]
