@@ -14,9 +14,15 @@ from torch.distributions import Normal
 
 
 class ActionHead(nn.Module):
-    """Maps features to distribution parameters; builds distributions from them."""
+    """Maps features to distribution parameters (a linear layer, then `from_linear`); builds
+    distributions from them."""
 
     num_params: int
+
+    def from_linear(self, linear_out: torch.Tensor) -> torch.Tensor:
+        """Distribution parameters from the linear layer's output (the model may compute that layer
+        together with the value head)."""
+        return linear_out
 
     def distribution(self, params: torch.Tensor) -> "ActionDistribution":
         raise NotImplementedError
@@ -105,7 +111,9 @@ class GaussianHead(ActionHead):
         self.log_std = nn.Parameter(torch.full((dim,), float(initial_log_std)))
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        mean = self.mean(features)
+        return self.from_linear(self.mean(features))
+
+    def from_linear(self, mean: torch.Tensor) -> torch.Tensor:
         return torch.tanh(mean) * self.tanh_scale if self.tanh_scale > 0 else mean
 
     def distribution(self, params: torch.Tensor) -> ActionDistribution:

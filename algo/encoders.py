@@ -19,10 +19,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from algo.activations import ACTIVATIONS
 from algo.normalization import RunningMeanStd
 from algo.observations import ObsField, PackedObs, is_structured
-
-ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
 
 
 def mlp(in_features: int, layers: tuple[int, ...], activation: str) -> nn.Sequential:
@@ -135,8 +134,9 @@ class ObsPreprocessor(nn.Module):
         if field.is_image:
             if self.layouts[key][1]:
                 x = x.permute(0, 3, 1, 2)
+            x = x.float()
             # in place: the float copy is new, and a second full-size temporary costs as much as the conversion
-            return x.float().mul_(1.0 / 255.0) if field.dtype == np.uint8 else x.float()
+            return x.mul_(1.0 / 255.0) if field.dtype == np.uint8 else x
         if isinstance(field.space, gym.spaces.Discrete):
             return nn.functional.one_hot(x.long() - int(field.space.start), int(field.space.n)).float()
         return x.reshape(x.shape[0], -1).float()

@@ -192,8 +192,19 @@ class ActorCritic(nn.Module):
 
     def _heads(self, outputs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         actor = self.actor.decode(outputs[0])
-        critic = actor if self.critic is None else self.critic.decode(outputs[1])
-        return self.action_head(actor), self.value_head(critic).squeeze(-1)
+        if self.critic is None:
+            return self._shared_heads(actor)
+        return self.action_head(actor), self.value_head(self.critic.decode(outputs[1])).squeeze(-1)
+
+    def _shared_heads(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Policy and value linears of one feature tensor as one matrix product. Two heads on the same
+        features cost two thin GEMMs forward and backward plus a sum of their [batch, features]
+        gradients; one GEMM saves ~1 ms of a 16 ms SGD step of the 512×512 MLP (docs/performance.md)."""
+        policy = self._policy_linear()
+        weight = torch.cat([policy.weight, self.value_head.weight])
+        bias = torch.cat([policy.bias, self.value_head.bias])
+        both = nn.functional.linear(features, weight, bias)
+        return self.action_head.from_linear(both[..., :-1]), both[..., -1]
 
     def _core_step(self, features: list[torch.Tensor], state: torch.Tensor
                    ) -> tuple[list[torch.Tensor], torch.Tensor]:

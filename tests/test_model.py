@@ -70,3 +70,39 @@ def test_normaliser_cache_follows_updates_and_loads():
     fresh.normalize(x)  # fill its cache with the initial statistics
     fresh.load_state_dict(rms.state_dict())
     torch.testing.assert_close(fresh.normalize(x), after)
+
+
+@pytest.mark.parametrize("name", SPACES)
+def test_shared_heads_equal_the_separate_layers(name):
+    """The policy and value linears computed as one matrix product give what each layer gives alone,
+    and gradients reach both layers' parameters."""
+    torch.manual_seed(0)
+    spec = ModelSpec(encoder_mlp_layers=(16,), continuous_tanh_scale=2.0 if name == "box" else 0.0)
+    model = ActorCritic(gym.spaces.Box(-1, 1, (5,), np.float32), SPACES[name], spec)
+    features = model.actor.encode(model.preprocess.prepare(torch.randn(32, 5)))
+    params, values = model._heads([features])
+    torch.testing.assert_close(params, model.action_head(features))
+    torch.testing.assert_close(values, model.value_head(features).squeeze(-1))
+    (params.sum() + values.sum()).backward()
+    assert model._policy_linear().weight.grad.abs().sum() > 0 and model.value_head.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_elu_matches_torch(dtype):
+    """Our ELU (algo.activations) against torch's, forward and backward, on both sides of zero."""
+    from algo.activations import ELU
+
+    torch.manual_seed(0)
+    x = (torch.randn(256, 64) * 3).to(dtype)
+    x[0, :4] = torch.tensor([0.0, -0.0, 1e-8, -1e-8])
+    ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y, y_ref = ELU()(ours), torch.nn.functional.elu(theirs)
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    y_ref.backward(grad)
+    tolerance = {"atol": 1e-6, "rtol": 1e-6} if dtype == torch.float32 else {"atol": 1e-2, "rtol": 1e-2}
+    torch.testing.assert_close(y, y_ref, **tolerance)
+    torch.testing.assert_close(ours.grad, theirs.grad, **tolerance)
+    with torch.no_grad():
+        torch.testing.assert_close(ELU()(x), y_ref.detach(), **tolerance)
+    assert torch.autograd.gradcheck(ELU(), torch.randn(40, dtype=torch.float64, requires_grad=True))
