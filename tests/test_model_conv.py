@@ -70,3 +70,29 @@ def test_conv_flags_reach_the_model_spec():
 
     with pytest.raises(ConfigError):
         parse_args(["--env=CartPole-v1", "--encoder_conv_architecture=nature"])
+
+
+@pytest.mark.parametrize("stored", ["chw", "hwc"])
+def test_training_layout_gives_the_same_outputs_and_gradients(stored):
+    """With gradients on, CPU images are converted to channels_last (faster oneDNN weight gradients);
+    the model must compute the same function and the same weight gradients as in the default layout."""
+    torch.manual_seed(0)
+    shape = (4, 84, 84) if stored == "chw" else (84, 84, 4)
+    model = ActorCritic(gym.spaces.Box(0, 255, shape, np.uint8), gym.spaces.Discrete(6), ModelSpec())
+    obs = torch.randint(0, 256, (6, *shape), dtype=torch.uint8)
+    params, values = model(obs)
+    assert model.preprocess.prepare(obs)["obs"].is_contiguous(memory_format=torch.channels_last)
+    (params.sum() + values.sum()).backward()
+    grads = [p.grad.clone() for p in model.actor.encoder.parameters()]
+    model.zero_grad()
+    default_layout = model.preprocess.prepare(obs)["obs"].contiguous()
+    assert default_layout.is_contiguous()
+    params_ref, values_ref = model._heads([model.actor.encoder({"obs": default_layout})])
+    (params_ref.sum() + values_ref.sum()).backward()
+    torch.testing.assert_close(params, params_ref)
+    torch.testing.assert_close(values, values_ref)
+    for grad, p in zip(grads, model.actor.encoder.parameters()):
+        torch.testing.assert_close(grad, p.grad, rtol=1e-4, atol=1e-5)
+    with torch.no_grad():  # inference keeps the default layout
+        assert model.preprocess.prepare(obs)["obs"].is_contiguous() or stored == "hwc"
+        torch.testing.assert_close(model(obs)[0], params.detach())
