@@ -2,7 +2,6 @@
 
 import torch
 
-from algo import targets
 from algo.targets import discounted_cumsum, gae, vtrace
 
 
@@ -56,11 +55,16 @@ def test_discounted_cumsum_matches_loop_with_zero_discounts():
     torch.testing.assert_close(discounted_cumsum(r, c), reference_discounted_cumsum(r, c))
 
 
-def test_discounted_cumsum_chunks_large_batches(monkeypatch):
-    monkeypatch.setattr(targets, "_MAX_ELEMENTS", 17 * 17 * 2)  # force chunks of 2 columns
-    r, _, d, _ = random_batch()
+def test_discounted_cumsum_matches_the_unrolled_sum():
+    """Against the closed form y_t = sum over s >= t of (c_t ... c_{s-1}) x_s, term by term."""
+    r, _, d, _ = random_batch(T=9, B=4, seed=3)
     c = 0.95 * (1 - d)
-    torch.testing.assert_close(discounted_cumsum(r, c), reference_discounted_cumsum(r, c))
+    T, B = r.shape
+    expected = torch.zeros_like(r)
+    for t in range(T):
+        for s in range(t, T):
+            expected[t] += torch.prod(c[t:s], dim=0) * r[s]  # an empty product is 1
+    torch.testing.assert_close(discounted_cumsum(r, c), expected)
 
 
 def test_gae_matches_loop():
