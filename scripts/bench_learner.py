@@ -36,6 +36,7 @@ def synthetic_batch(T: int, N: int, obs_dim: int, n_actions: int) -> dict[str, t
         "rewards": torch.ones(T, N), "dones": torch.rand(T, N, generator=g) < 0.02,
         "truncated": torch.zeros(T, N, dtype=torch.bool), "trunc_values": torch.zeros(T, N),
         "policy_version": torch.zeros(T, N, dtype=torch.int64),
+        "rnn_states": torch.zeros(T + 1, N, 0), "inactive": torch.zeros(T, N, dtype=torch.bool),
     }
 
 
@@ -92,7 +93,8 @@ def main() -> int:
             if i >= 3:  # warm-up iterations are not timed
                 times[name].append(time.perf_counter() - started)
     median = {name: float(np.median(t)) for name, t in times.items()}
-    result = {"algo": args.algo, "iterations": args.iterations, "samples_per_iteration": args.rollout * args.trajectories,
+    result = {"algo": args.algo, "iterations": args.iterations,
+              "samples_per_iteration": args.rollout * args.trajectories,
               "median_seconds": median, "graph_over_by_hand": median["graph"] / median["by_hand"]}
     print(f"{args.algo}: median iteration {median['graph'] * 1e3:.2f} ms with the graph executor, "
           f"{median['by_hand'] * 1e3:.2f} ms calling the nodes by hand: ratio {result['graph_over_by_hand']:.3f}")

@@ -1,0 +1,43 @@
+"""scripts/bench_learner.py and scripts/bench_sgd_step.py: they must keep running against the current
+learner (its batch keys and node signatures), and what they report must be consistent."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def run(script: str, args: list[str]) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", script), *args], capture_output=True,
+                          text=True, timeout=120, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+@pytest.mark.parametrize("algo", ["APPO", "PPO", "REINFORCE"])
+def test_bench_learner_runs_the_graph_and_the_hand_path(tmp_path, algo):
+    out = tmp_path / "learner.json"
+    run("bench_learner.py", [f"--algo={algo}", "--iterations=2", "--hidden", "32", f"--output={out}"])
+    result = json.loads(out.read_text())
+    assert result["algo"] == algo and result["samples_per_iteration"] == 32 * 64
+    assert all(seconds > 0 for seconds in result["median_seconds"].values())
+    # the same nodes on the same data: the executor is not an order of magnitude off the hand path
+    assert 0.2 < result["graph_over_by_hand"] < 5
+
+
+@pytest.mark.parametrize("flags", [[], ["--mixed_precision"]])
+def test_bench_sgd_step_times_the_presets_model(flags):
+    proc = run("bench_sgd_step.py", ["--env=CartPole-v1", "--flags=--encoder_mlp_layers 32", *flags])
+    # 4 -> 32 MLP, 2 logits and 1 value: 4*32 + 32 + 32*3 + 3 trainable parameters
+    assert "minibatch 1024, 259 parameters" in proc.stdout
+    assert ("bf16 autocast" in proc.stdout) == bool(flags)
+    step_ms = float(re.search(r"SGD step: ([\d.]+) ms", proc.stdout).group(1))
+    assert 0 < step_ms < 1000
