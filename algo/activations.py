@@ -6,7 +6,7 @@ MLP learner of docs/performance.md the ELU forward and backward passes were 16 %
 Written as exp(min(x, 0)) - 1 with vectorized ops (exp is as cheap as a ReLU), and with a backward
 pass from the output (d elu / dx = y + 1 where x <= 0), it is 1.4× faster forward and 1.3×
 backward. exp(x) - 1 differs from expm1 by at most ~6e-8 near zero, far below what training notices.
-Elsewhere than the CPU torch's fused kernel is used.
+On other devices torch's own kernel is used.
 """
 
 from __future__ import annotations
