@@ -80,9 +80,13 @@ def test_shared_heads_equal_the_separate_layers(name):
     spec = ModelSpec(encoder_mlp_layers=(16,), continuous_tanh_scale=2.0 if name == "box" else 0.0)
     model = ActorCritic(gym.spaces.Box(-1, 1, (5,), np.float32), SPACES[name], spec)
     features = model.actor.encode(model.preprocess.prepare(torch.randn(32, 5)))
-    params, values = model._heads([features])
+    params, values = model._heads([features])  # with gradients: the one-GEMM path
     torch.testing.assert_close(params, model.action_head(features))
     torch.testing.assert_close(values, model.value_head(features).squeeze(-1))
+    with torch.no_grad():  # inference: the two layers
+        inference_params, inference_values = model._heads([features])
+    torch.testing.assert_close(inference_params, params.detach())
+    torch.testing.assert_close(inference_values, values.detach())
     (params.sum() + values.sum()).backward()
     assert model._policy_linear().weight.grad.abs().sum() > 0 and model.value_head.weight.grad.abs().sum() > 0
 
