@@ -93,6 +93,7 @@ def test_training_layout_gives_the_same_outputs_and_gradients(stored):
     torch.testing.assert_close(values, values_ref)
     for grad, p in zip(grads, model.actor.encoder.parameters()):
         torch.testing.assert_close(grad, p.grad, rtol=1e-4, atol=1e-5)
-    with torch.no_grad():  # inference keeps the default layout
-        assert model.preprocess.prepare(obs)["obs"].is_contiguous() or stored == "hwc"
+    with torch.no_grad():  # inference keeps the stored layout: NCHW frames stay NCHW, HWC ones channels_last
+        stored_layout = torch.contiguous_format if stored == "chw" else torch.channels_last
+        assert model.preprocess.prepare(obs)["obs"].is_contiguous(memory_format=stored_layout)
         torch.testing.assert_close(model(obs)[0], params.detach())

@@ -107,4 +107,3 @@ def test_memory_task_non_batched_sampling(tmp_path):
     assert code == 0, summary.get("error")
     assert summary["time_to_target"] is not None, summary
     assert summary["mean_return_at_target"] >= 0.9, summary
-
