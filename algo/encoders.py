@@ -137,7 +137,7 @@ class ObsPreprocessor(nn.Module):
             if torch.is_grad_enabled() and x.device.type == "cpu":
                 # channels_last for training on the CPU: oneDNN's weight gradient of the first conv (4
                 # input channels, stride 4) is 2× faster from it, and the whole Nature-CNN SGD step
-                # 24 % (docs/performance.md); inference (no grad) is 11 % faster in the default layout
+                # 24 % (docs/performance.md); in inference (no grad) the conversion costs more than it gains
                 x = torch.empty(x.shape, device=x.device, memory_format=torch.channels_last).copy_(x)
             else:
                 x = x.float()
