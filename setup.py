@@ -14,7 +14,7 @@ setup(
         "signal-slot-mp>=1.0.5",
         "faster-fifo>=1.4.5",
         "tensorboard>=2.10",
-        "pyzmq>=25",  # env services (sf_core/env_server.py, envs/remote_env.py)
+        "pyzmq>=25",  # env services (sf_core/env_server.py, sf_core/service/remote_env.py)
         "pyyaml>=6",  # --env_service YAML files
     ],
     extras_require={

@@ -32,8 +32,8 @@ import statistics  # noqa: E402
 import gymnasium as gym  # noqa: E402
 import zmq  # noqa: E402
 
-from envs.env_pool import EnvPool, PooledEnv  # noqa: E402
-from envs.remote_env import RemoteEnv  # noqa: E402
+from sf_core.service.env_pool import EnvPool, PooledEnv  # noqa: E402
+from sf_core.service.remote_env import RemoteEnv  # noqa: E402
 
 
 def steps_per_second(env: gym.Env, actions: list, repeats: int) -> list[float]:

@@ -253,7 +253,7 @@ class Config:
                               f"{self.batch_size}: the learner trains on whole sequences of that length")
 
     def _validate_env_service(self) -> None:
-        from sf_core.service_config import ServiceConfigError, envs_per_worker, parse_service
+        from sf_core.service.endpoints import ServiceConfigError, envs_per_worker, parse_service
 
         try:
             endpoints = parse_service(self.env_service)
@@ -340,7 +340,7 @@ def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = Non
         if key not in typed:
             values[key] = value
     if values["env_service"]:
-        from sf_core.service_config import ServiceConfigError, apply_to_training
+        from sf_core.service.endpoints import ServiceConfigError, apply_to_training
 
         try:
             apply_to_training(values, typed)

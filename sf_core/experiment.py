@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import shutil
 import time
 
+from sf_core.config import Config, ConfigError
+
 log = logging.getLogger("sf_core")
 
 
+def load_config(path: str) -> Config:
+    """The config an experiment folder was trained with (flags this version no longer has are dropped)."""
+    config_file = os.path.join(path, "config.json")
+    if not os.path.exists(config_file):
+        raise ConfigError(f"no experiment at {path} (config.json not found)")
+    with open(config_file) as f:
+        saved = json.load(f)
+    known = {f.name for f in dataclasses.fields(Config)}
+    return Config(**{k: v for k, v in saved.items() if k in known})
+
+
 class Experiment:
-    def __init__(self, cfg):
+    def __init__(self, cfg: Config):
         self.cfg = cfg
         self.path = os.path.join(cfg.train_dir, cfg.experiment)
 

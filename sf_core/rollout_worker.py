@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 import time
 
-from envs.env_pool import EnvPool
+from sf_core.service.env_pool import EnvPool
 from envs.registry import EnvRegistry
-from envs.remote_env import ServiceError
+from sf_core.service.remote_env import ServiceError
 from sf_core.buffers import BufferLayout, TrajectoryBuffers
 from sf_core.component import Component, guarded
 from sf_core.heartbeat import Heartbeats
@@ -76,7 +76,7 @@ class RolloutWorker(Component):
             self._request(s, has_truncation=False)
 
     def _open_pool(self) -> None:
-        from sf_core.service_config import parse_service, worker_slice
+        from sf_core.service.endpoints import parse_service, worker_slice
 
         cfg = self.cfg
         mine = worker_slice(parse_service(cfg.env_service), cfg.num_workers, self.worker)

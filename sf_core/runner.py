@@ -98,9 +98,9 @@ class Runner(Component):
     def _probe_service_spaces(self):
         """--env_service: every server must answer, serve --env with the capacity the flag lists; the
         spaces come from their description (the trainer does not need the env's code)."""
-        from envs.env_protocol import space_from_json
-        from envs.remote_env import close_context
-        from sf_core.service_config import ServiceConfigError, check_training_endpoints, parse_service
+        from sf_core.service.protocol import space_from_json
+        from sf_core.service.remote_env import close_context
+        from sf_core.service.endpoints import ServiceConfigError, check_training_endpoints, parse_service
 
         try:
             d = check_training_endpoints(parse_service(self.cfg.env_service), self.cfg.env,
@@ -264,6 +264,7 @@ class Runner(Component):
         self.last_check = now
         if now - self.last_summary >= cfg.experiment_summaries_interval:
             stats.write_summaries()
+            self.experiment.write_summary(stats.summary(None, None, running=True))  # read live by benchmarks
             self.last_summary = now
         if now - self.last_console >= cfg.report_interval:
             log.info(stats.console_line())

@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from algo.observations import ObsWriter
-from envs.env_pool import EnvPool, PooledEnv
+from sf_core.service.env_pool import EnvPool, PooledEnv
 from envs.registry import EnvContext, EnvRegistry
 from sf_core.buffers import BufferLayout, TrajectoryBuffers
 

@@ -119,9 +119,11 @@ class TrainingStats:
             return {}
         return {str(agent): float(np.mean(r)) for agent, r in sorted(self.agent_returns.items())}
 
-    def summary(self, exit_code: int | None, error: str | None) -> dict:
+    def summary(self, exit_code: int | None, error: str | None, running: bool = False) -> dict:
+        """training_summary.json: rewritten every summary interval while `running`, and once at the end."""
         return {
-            "exit_code": exit_code, "error": error, "seconds": self.elapsed(), "frames": self.frames,
+            "running": running, "exit_code": exit_code, "error": error, "seconds": self.elapsed(),
+            "frames": self.frames,
             "samples_trained": self.samples_trained, "policy_version": self.policy_version,
             "episodes": self.num_episodes, "mean_return": self.mean_return() if self.returns else None,
             "mean_length": float(np.mean(self.lengths)) if self.lengths else None,

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import zmq
 
-from envs.env_pool import EnvPool, PooledEnv, PoolTimeout, SlotLost
-from envs.remote_env import RemoteEnv, ServiceTimeout
+from sf_core.service.env_pool import EnvPool, PooledEnv, PoolTimeout, SlotLost
+from sf_core.service.remote_env import RemoteEnv, ServiceTimeout
 from sf_core.config import ConfigError, parse_args
-from sf_core.service_config import ServiceConfigError, parse_service, worker_slice
+from sf_core.service.endpoints import ServiceConfigError, parse_service, worker_slice
 from tests.conftest import REPO, run_cli
 from tests.helpers import EnvServerProcess, read_summary, wait_for
 
@@ -386,9 +386,9 @@ def _make_snapshot_env(name, cfg, ctx):
 def test_server_instance_lifecycle_broken_until_restored():
     """In-process: an env that raises breaks only its own slot; restore uses the env's snapshot hook when
     the instance is healthy and rebuilds it when broken."""
-    from envs.env_protocol import pack
+    from sf_core.service.protocol import pack
     from envs.registry import EnvRegistry
-    from sf_core.env_server import EnvServer
+    from sf_core.service.env_server import EnvServer
 
     def call(header, arrays=()):
         return json.loads(server.handle(pack(header, list(arrays)))[0])
@@ -423,7 +423,7 @@ def test_parallel_server_steps_instances_at_once_and_a_hung_one_fails_alone():
     import threading
 
     from envs.registry import EnvRegistry
-    from sf_core.env_server import EnvServer
+    from sf_core.service.env_server import EnvServer
 
     server = EnvServer("Slow-v0", 4, registry=EnvRegistry({"Slow-v0": _make_slow_env}), parallel=True)
     serving = threading.Thread(target=server.serve, daemon=True)

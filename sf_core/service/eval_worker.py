@@ -21,8 +21,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from envs.env_pool import EnvPool, PooledEnv
-from envs.remote_env import ServiceError
+from sf_core.service.env_pool import EnvPool, PooledEnv
+from sf_core.service.remote_env import ServiceError
 
 log = logging.getLogger("sf_core")
 
@@ -55,7 +55,7 @@ def make_policy(spec: dict, spaces: dict[str, tuple]) -> Callable[[str], Policy]
 
     from algo.model import ActorCritic, ModelSpec
     from sf_core import checkpoint
-    from sf_core.enjoy import load_config
+    from sf_core.experiment import load_config
     from sf_core.vector_env_runner import env_action_converter
 
     torch.set_num_threads(1)

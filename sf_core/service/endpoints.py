@@ -168,7 +168,7 @@ def apply_to_training(values: dict, typed: set[str]) -> None:
 def probe(endpoints: list[Endpoint], timeout: float) -> tuple[dict[str, dict], list[str]]:
     """Ask every address what it serves: {address: its hello (env, capacity, spaces)}, and a description
     of each address that did not answer within `timeout`."""
-    from envs.remote_env import EnvClient, ServiceError, hello
+    from sf_core.service.remote_env import EnvClient, ServiceError, hello
 
     answers, silent = {}, []
     for e in endpoints:

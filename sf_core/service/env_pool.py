@@ -28,8 +28,13 @@ from typing import Any
 
 import gymnasium as gym
 
-from envs.env_protocol import space_from_json
-from envs.remote_env import EnvClient, RemoteEnv, ServiceError, ServiceTimeout
+from sf_core.service.protocol import space_from_json
+from sf_core.service.remote_env import (
+    EnvClient,
+    RemoteEnv,
+    ServiceError,
+    ServiceTimeout,
+)
 
 log = logging.getLogger("sf_core")
 

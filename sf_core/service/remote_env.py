@@ -18,7 +18,15 @@ import gymnasium as gym
 import numpy as np
 import zmq
 
-from envs.env_protocol import PROTOCOL_VERSION, ProtocolError, max_message_bytes, pack, space_array, space_from_json, unpack
+from sf_core.service.protocol import (
+    PROTOCOL_VERSION,
+    ProtocolError,
+    max_message_bytes,
+    pack,
+    space_array,
+    space_from_json,
+    unpack,
+)
 
 _contexts: dict[int, zmq.Context] = {}
 _contexts_lock = threading.Lock()

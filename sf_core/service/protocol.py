@@ -1,4 +1,4 @@
-"""The env-service wire format, shared by the server (sf_core/env_server.py) and the client (envs/remote_env.py).
+"""The env-service wire format, shared by the server (sf_core/env_server.py) and the client (sf_core/service/remote_env.py).
 
 A message is a ZeroMQ multipart message: one JSON header frame, then one raw frame per array.
 

@@ -1,0 +1,200 @@
+"""`python -m sf_core.enjoy --env=... --experiment=... --train_dir=...`: evaluate a trained policy.
+
+Loads the experiment's config.json (so the model is rebuilt exactly as trained) and a checkpoint
+(`--checkpoint=latest|best|PATH`), runs `--max_num_episodes` episodes, prints a summary, writes
+`eval_results.json` into the experiment folder, and with `--save_video` an MP4 of rendered frames.
+A multi-agent env plays in self-play, every agent with the policy; each agent's episode counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from algo.model import ActorCritic, ModelSpec
+from algo.observations import ObsWriter, obs_storage
+from envs.multi_agent import is_multi_agent
+from envs.registry import EnvContext, EnvNotFoundError, registry_snapshot
+from sf_core import checkpoint
+from sf_core.experiment import load_config
+from sf_core.cli.train import setup_logging
+from sf_core.config import ConfigError, _Parser, str2bool
+from sf_core.split_runner import env_action_converter
+
+log = logging.getLogger("sf_core")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m sf_core.enjoy", description="Evaluate a trained policy.",
+                formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
+    p.add_argument("--env", default=None, help="Env to evaluate on (default: the one the experiment trained on).")
+    p.add_argument("--experiment", required=True, help="Experiment name.")
+    p.add_argument("--train_dir", default="train_dir", help="Root folder of experiments.")
+    p.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint path.")
+    p.add_argument("--max_num_episodes", type=int, default=10, help="Episodes to run.")
+    p.add_argument("--eval_deterministic", type=str2bool, default=False, help="Take the most likely action.")
+    p.add_argument("--seed", type=int, default=0, help="Seed of the first evaluation episode.")
+    p.add_argument("--save_video", type=str2bool, default=False, help="Write an MP4 of rendered episodes.")
+    p.add_argument("--video_frames", type=int, default=1000, help="At most this many frames in the video.")
+    p.add_argument("--video_name", default="replay.mp4", help="Video file name inside the experiment folder.")
+    p.add_argument("--fps", type=int, default=30, help="Frames per second of the video.")
+    p.add_argument("--device", default="cpu", help="Device for the policy.")
+    return p
+
+
+def evaluate(args: argparse.Namespace) -> dict:
+    path = os.path.join(args.train_dir, args.experiment)
+    cfg = load_config(path)
+    env_name = args.env or cfg.env
+    ckpt_path = checkpoint.find_checkpoint(path, args.checkpoint)
+    if ckpt_path is None:
+        raise ConfigError(f"no checkpoint {args.checkpoint!r} in {checkpoint.checkpoint_dir(path)}")
+    state = checkpoint.load(ckpt_path, map_location=args.device)
+
+    registry = registry_snapshot()
+    render_mode = "rgb_array" if args.save_video else None
+    env = registry.make(env_name, cfg, EnvContext(worker_index=-1, env_index=0, seed=args.seed, render_mode=render_mode,
+                                                 evaluation=True))
+    try:
+        spec = ModelSpec.from_config(cfg)
+    except ValueError as exc:  # a custom model part not registered in this process
+        raise ConfigError(f"{exc} (enjoy: run it from a script that registers it, see docs/models.md)") from None
+    model = ActorCritic(env.observation_space, env.action_space, spec).to(args.device)
+    model.load_state_dict(state["model"])
+    model.eval()
+    log.info("evaluating %s (policy v%d) on %s for %d episodes", ckpt_path, state["version"], env_name,
+             args.max_num_episodes)
+
+    policy = EvalPolicy(model, env.observation_space, args.device, args.eval_deterministic)
+    play = play_multi_agent if is_multi_agent(env) else play_single_agent
+    returns, lengths, agents, frames = play(env, policy, args)
+    env.close()
+
+    results = {"episodes": len(returns), "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
+               "mean_length": float(np.mean(lengths)), "returns": returns, "lengths": lengths,
+               "checkpoint": ckpt_path, "policy_version": int(state["version"]), "env": env_name,
+               "deterministic": bool(args.eval_deterministic)}
+    if is_multi_agent(env):
+        results["agents"] = agents  # which agent of the env played each episode
+    if args.save_video:
+        results["video"] = write_video(os.path.join(path, args.video_name), frames, args.fps)
+    tmp = os.path.join(path, "eval_results.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(results, f, indent=2)
+    os.replace(tmp, os.path.join(path, "eval_results.json"))
+    return results
+
+
+class EvalPolicy:
+    """The trained policy outside training: packs observations as the rollout workers do and carries
+    each agent's recurrent state through its episode (zeroed when the episode ends)."""
+
+    def __init__(self, model: ActorCritic, obs_space, device: str, deterministic: bool):
+        self.model, self.device, self.deterministic = model, device, deterministic
+        self.writer = ObsWriter(obs_space)
+        self.row_shape, self.row_dtype = obs_storage(obs_space)
+        self.state = model.initial_state(1, device)
+
+    def start(self, agents: int) -> None:
+        self.state = self.model.initial_state(agents, self.device)
+
+    def episode_ended(self, agent: int) -> None:
+        self.state[agent] = 0.0
+
+    @torch.no_grad()
+    def act(self, observations) -> np.ndarray:
+        """Actions for one observation per agent."""
+        rows = torch.zeros((len(observations), *self.row_shape), dtype=self.row_dtype)
+        for i, obs in enumerate(observations):
+            self.writer.write(obs, rows.numpy()[i])
+        params, _, self.state = self.model.step(rows.to(self.device), self.state)
+        dist = self.model.distribution(params)
+        return (dist.mode() if self.deterministic else dist.sample()).cpu().numpy()
+
+
+def play_single_agent(env, policy: EvalPolicy, args) -> tuple[list[float], list[int], list[int], list]:
+    """`--max_num_episodes` episodes, each reset with its own seed."""
+    to_env_action = env_action_converter(env.action_space)
+    returns, lengths, frames = [], [], []
+    for episode in range(args.max_num_episodes):
+        obs, _ = env.reset(seed=args.seed + episode)
+        policy.start(1)
+        total, length, done = 0.0, 0, False
+        while not done:
+            if args.save_video and len(frames) < args.video_frames:
+                frames.append(env.render())
+            obs, reward, terminated, truncated, _ = env.step(to_env_action(policy.act([obs])[0]))
+            total, length, done = total + float(reward), length + 1, terminated or truncated
+        returns.append(total)
+        lengths.append(length)
+        log.info("episode %d: return %.2f, length %d", episode, total, length)
+    return returns, lengths, [0] * len(returns), frames
+
+
+def play_multi_agent(env, policy: EvalPolicy, args) -> tuple[list[float], list[int], list[int], list]:
+    """Self-play: every agent acts with the policy; an episode is one agent's, and the env resets
+    itself (envs/multi_agent.py). Stops after the step that completes `--max_num_episodes` of them,
+    so up to num_agents - 1 more may be counted."""
+    to_env_action = env_action_converter(env.action_space)
+    obs, infos = env.reset(seed=args.seed)
+    policy.start(len(obs))
+    active = np.array([info.get("is_active", True) for info in infos])
+    total, length = np.zeros(len(obs)), np.zeros(len(obs), dtype=np.int64)
+    returns, lengths, agents, frames = [], [], [], []
+    while len(returns) < args.max_num_episodes:
+        if args.save_video and len(frames) < args.video_frames:
+            frames.append(env.render())
+        actions = [to_env_action(a) for a in policy.act(obs)]
+        obs, rewards, terminated, truncated, infos = env.step(actions)
+        for i in np.flatnonzero(active):
+            total[i] += float(rewards[i])
+            length[i] += 1
+            if terminated[i] or truncated[i]:
+                returns.append(float(total[i]))
+                lengths.append(int(length[i]))
+                agents.append(int(i))
+                log.info("episode %d (agent %d): return %.2f, length %d", len(returns) - 1, i, total[i], length[i])
+                total[i], length[i] = 0.0, 0
+                policy.episode_ended(int(i))
+        active = np.array([info.get("is_active", True) for info in infos])
+    return returns, lengths, agents, frames
+
+
+def write_video(path: str, frames: list, fps: int) -> str:
+    if not frames or frames[0] is None:
+        raise ConfigError("the env rendered no frames: it must support render_mode='rgb_array' for --save_video")
+    try:
+        import imageio.v2 as imageio
+    except ImportError:
+        raise ConfigError("--save_video needs imageio and imageio-ffmpeg: pip install -e '.[video]'") from None
+    with imageio.get_writer(path, fps=fps, codec="libx264", macro_block_size=2, quality=7) as writer:
+        for frame in frames:
+            writer.append_data(np.asarray(frame, dtype=np.uint8))
+    log.info("video: %s (%d frames)", path, len(frames))
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    setup_logging()
+    try:
+        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        results = evaluate(args)
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    except (ConfigError, EnvNotFoundError, ValueError) as exc:
+        print(f"sf_core.enjoy: error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1
+    log.info("%d episodes: mean return %.2f ± %.2f, mean length %.1f", results["episodes"], results["mean_return"],
+             results["std_return"], results["mean_length"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

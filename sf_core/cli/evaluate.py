@@ -1,0 +1,81 @@
+"""`python -m sf_core.evaluate --tasks=tasks.jsonl --num_workers=N --env_service=...`: run evaluation tasks
+on pooled env slots and write one result line per task (the coordinator: sf_core/service/evaluator.py)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Sequence
+
+from sf_core.config import str2bool
+from sf_core.logs import setup_logging
+from sf_core.service.evaluator import (
+    EXIT_OK,
+    EXIT_USAGE,
+    Coordinator,
+    EvalError,
+    discover,
+    finished_ids,
+    load_tasks,
+    plan_workers,
+)
+
+log = logging.getLogger("sf_core")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m sf_core.evaluate", allow_abbrev=False,
+                                description="Run evaluation tasks on env services, one result line per task.",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--tasks", required=True, help="JSONL file: one task per line (see the module doc).")
+    p.add_argument("--env_service", required=True, help="host:port*capacity,... or a YAML file (as for training).")
+    p.add_argument("--output", default="", help="Result JSONL file (default: TASKS with .results.jsonl).")
+    p.add_argument("--num_workers", type=int, default=2, help="Worker processes.")
+    p.add_argument("--concurrency", type=int, default=0,
+                   help="Tasks a worker runs at once; 0: the size of its smallest pool of slots.")
+    p.add_argument("--max_task_retries", type=int, default=2, help="Retries of a task whose slot or service failed.")
+    p.add_argument("--env", default="", help="Env of tasks that name none.")
+    p.add_argument("--env_service_timeout", type=float, default=5.0, help="Seconds a server may take per request.")
+    p.add_argument("--env_service_recheck_interval", type=float, default=1.0,
+                   help="Seconds between health checks of a failed slot.")
+    p.add_argument("--acquire_timeout", type=float, default=30.0,
+                   help="Seconds a task waits for a healthy slot before the attempt counts as failed.")
+    p.add_argument("--grace_period", type=float, default=10.0,
+                   help="On Ctrl-C/SIGTERM: seconds workers get to finish the tasks in hand before being killed.")
+    p.add_argument("--resume", type=str2bool, default=False, help="Skip tasks that already have a line in --output.")
+    p.add_argument("--train_dir", default="", help="With --experiment: act with that trained policy (else random).")
+    p.add_argument("--experiment", default="", help="Experiment whose checkpoint acts.")
+    p.add_argument("--checkpoint", default="latest", help="latest, best or a path.")
+    p.add_argument("--eval_deterministic", type=str2bool, default=False, help="Trained policy: most likely action.")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    setup_logging()
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        if args.num_workers < 1 or args.max_task_retries < 0:
+            raise EvalError("--num_workers must be at least 1 and --max_task_retries at least 0")
+        tasks = load_tasks(args.tasks, args.env)
+        output = args.output or os.path.splitext(args.tasks)[0] + ".results.jsonl"
+        if args.resume:
+            done = finished_ids(output)
+            tasks = [t for t in tasks if t["id"] not in done]
+            log.info("--resume: %d tasks already have results, %d to run", len(done), len(tasks))
+        elif os.path.exists(output):
+            os.remove(output)
+        if not tasks:
+            return EXIT_OK
+        specs = plan_workers(args, discover(args.env_service, args.env_service_timeout), {t["env"] for t in tasks})
+    except EvalError as exc:
+        print(f"sf_core.evaluate: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    log.info("%d tasks on %d workers (concurrency %s); results to %s", len(tasks), len(specs),
+             ", ".join(str(s.concurrency) for s in specs), output)
+    return Coordinator(args, tasks, specs, output).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""`python -m sf_core.train --env=CartPole-v1 ...`, or `sf_core.train.main(argv)` from a script."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import sys
+import time
+from typing import Sequence
+
+from envs.registry import EnvNotFoundError
+from sf_core import logs
+from sf_core.component import quiet_signal_slot_logs
+from sf_core.config import ConfigError, build_parser, parse_args
+
+log = logging.getLogger("sf_core")
+
+
+def setup_logging() -> None:
+    logs.setup_logging()
+    quiet_signal_slot_logs()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Train; returns the exit code (0 done, 1 error, 2 bad flags, 130/143 interrupted)."""
+    launched = time.time()
+    setup_logging()
+    if getattr(multiprocessing.current_process(), "_inheriting", False):  # how multiprocessing itself tells
+        print("sf_core.train: error: main() was called inside a worker process that is starting up; put the "
+              "training call of your script under `if __name__ == \"__main__\":` (worker processes import "
+              "your script)", file=sys.stderr)
+        return 2
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(description="Train an agent with asynchronous PPO (APPO).")
+    try:
+        cfg, preset = parse_args(argv, parser)
+    except ConfigError as exc:
+        print(f"sf_core.train: error: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    if preset:
+        log.info("applied preset for %s (flags you pass override it)", preset)
+
+    from sf_core.runner import Runner
+
+    try:
+        return Runner(cfg, launched=launched).run()
+    except (EnvNotFoundError, ConfigError) as exc:
+        print(f"sf_core.train: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

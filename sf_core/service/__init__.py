@@ -1,0 +1,9 @@
+"""Env services: envs that live in other processes or machines, served over ZeroMQ.
+
+protocol      the wire format (a JSON header and raw array frames, never pickles)
+env_server    serves C instances of a registered env on one port
+remote_env    the client side: one instance behind a server, as a gymnasium.Env
+env_pool      a rollout worker's or evaluator's slots: health checks, failover, re-admission
+endpoints     --env_service: parsing, probing, and dividing slots among workers
+evaluator     the evaluation coordinator (`python -m sf_core.evaluate`) and eval_worker, its processes
+"""
