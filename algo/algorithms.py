@@ -1,23 +1,22 @@
 """Built-in algorithms as graphs, and the registry `--algo` picks from.
 
 An algorithm is a list of nodes plus, optionally, extra models it calls (a frozen reference policy,
-a reward model). The learner provides the trainable `actor_critic` and the batch keys in
-`BATCH_KEYS`; everything else is produced by nodes.
+a reward model). The learner provides the trainable `actor_critic` and a batch whose keys are the
+sample fields (`sf_core/sample.py`: obs, actions, log_prob, behaviour_values, rewards, ...); everything
+else is produced by nodes. A builder takes the typed hyperparameters (`algo.params.LearningParams`).
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
 from algo import nodes as n
 from algo.graph import ModelSlot, Node
-
-BATCH_KEYS = ("obs", "actions", "log_prob", "values_behaviour", "rewards", "dones", "truncated", "trunc_values",
-              "policy_version", "rnn_states", "inactive")
+from algo.params import LearningParams
 
 
 @dataclass
@@ -30,12 +29,13 @@ class Algorithm:
 RECOMPUTE = Node("recompute", "inference", ("obs", "actions", "rnn_states", "episode_ends"),
                  ("values", "target_log_prob"), n.recompute,
                  model="actor_critic")
-BEHAVIOUR_VALUES = Node("behaviour_values", "compute", ("values_behaviour",), ("values",), n.behaviour_values)
+# the values targets are computed against: the behaviour policy's (as PPO does) or RECOMPUTE's
+BEHAVIOUR_VALUES = Node("behaviour_values", "compute", ("behaviour_values",), ("values",), n.behaviour_values)
 
 
-def common_nodes(cfg: Any, rewards_key: str = "rewards", recompute: bool = False) -> list[Node]:
+def common_nodes(params: LearningParams, rewards_key: str = "rewards", recompute: bool = False) -> list[Node]:
     """Lag mask, values, truncation folded into rewards: shared by all three algorithms."""
-    values = RECOMPUTE if recompute or cfg.recompute_values else BEHAVIOUR_VALUES
+    values = RECOMPUTE if recompute or params.recompute_values else BEHAVIOUR_VALUES
     return [
         Node("lag_mask", "compute", ("policy_version", "inactive"), ("mask", "lag_stats"), n.lag_mask),
         values,
@@ -49,27 +49,27 @@ UPDATE_INPUTS = ("obs", "actions", "log_prob", "advantages", "value_targets", "v
                  "episode_ends", "inactive")
 
 
-def ppo(cfg: Any, rewards_key: str = "rewards") -> Algorithm:
-    return Algorithm(common_nodes(cfg, rewards_key) + [
+def ppo(params: LearningParams, rewards_key: str = "rewards") -> Algorithm:
+    return Algorithm(common_nodes(params, rewards_key) + [
         Node("gae", "compute", TARGET_INPUTS, ("advantages", "value_targets"), n.gae_targets),
         Node("ppo_update", "train_step", UPDATE_INPUTS, ("train_stats",), n.ppo_update, model="actor_critic"),
     ])
 
 
-def appo(cfg: Any, rewards_key: str = "rewards") -> Algorithm:
+def appo(params: LearningParams, rewards_key: str = "rewards") -> Algorithm:
     """PPO on possibly stale samples; with --with_vtrace the targets correct for the policy lag."""
-    if not cfg.with_vtrace:
-        return ppo(cfg, rewards_key)
+    if not params.with_vtrace:
+        return ppo(params, rewards_key)
     # V-trace needs the current policy's log-probs, so it always recomputes (values come along free)
-    return Algorithm(common_nodes(cfg, rewards_key, recompute=True) + [
+    return Algorithm(common_nodes(params, rewards_key, recompute=True) + [
         Node("vtrace", "compute", TARGET_INPUTS + ("target_log_prob", "log_prob"), ("advantages", "value_targets"),
              n.vtrace_targets),
         Node("ppo_update", "train_step", UPDATE_INPUTS, ("train_stats",), n.ppo_update, model="actor_critic"),
     ])
 
 
-def reinforce(cfg: Any, rewards_key: str = "rewards") -> Algorithm:
-    return Algorithm(common_nodes(cfg, rewards_key) + [
+def reinforce(params: LearningParams, rewards_key: str = "rewards") -> Algorithm:
+    return Algorithm(common_nodes(params, rewards_key) + [
         Node("monte_carlo_returns", "compute", TARGET_INPUTS, ("advantages", "value_targets"),
              n.monte_carlo_targets),
         Node("policy_gradient_update", "train_step", UPDATE_INPUTS, ("train_stats",), n.policy_gradient_update,
@@ -91,15 +91,16 @@ def frozen_from_checkpoint(slot: ModelSlot, path: str, offload_device: str | Non
     return frozen
 
 
-_ALGORITHMS: dict[str, Callable[[Any], Algorithm]] = {"APPO": appo, "PPO": ppo, "REINFORCE": reinforce}
+AlgorithmBuilder = Callable[[LearningParams], Algorithm]
+_ALGORITHMS: dict[str, AlgorithmBuilder] = {"APPO": appo, "PPO": ppo, "REINFORCE": reinforce}
 
 
-def register_algorithm(name: str, builder: Callable[[Any], Algorithm]) -> None:
-    """Make `--algo=name` build its graph with `builder(cfg)` (a module-level function)."""
+def register_algorithm(name: str, builder: AlgorithmBuilder) -> None:
+    """Make `--algo=name` build its graph with `builder(params)` (a module-level function)."""
     _ALGORITHMS[name] = builder
 
 
-def algorithm_builder(name: str) -> Callable[[Any], Algorithm]:
+def algorithm_builder(name: str) -> AlgorithmBuilder:
     if name not in _ALGORITHMS:
         raise ValueError(f"unknown --algo={name!r}; known: {', '.join(sorted(_ALGORITHMS))} "
                          f"(register others with algo.algorithms.register_algorithm)")

@@ -33,6 +33,7 @@ from algo.distributions import ActionDistribution, make_action_head
 from algo.encoders import ObservationEncoder, ObsPreprocessor, mlp
 from algo.normalization import RunningMeanStd
 from algo.observations import is_structured
+from sf_core.config import Config, default
 
 
 def autocast(device, mixed_precision: bool):
@@ -70,35 +71,38 @@ def store_weights_in_bfloat16(model: nn.Module) -> None:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The model-related flags, so the model does not depend on the whole config."""
+    """The model-related flags, so the model does not depend on the whole config (defaults: Config's)."""
 
-    encoder_mlp_layers: tuple[int, ...] = (512, 512)
-    nonlinearity: str = "elu"
-    share_weights: bool = True
-    normalize_input: bool = True
-    normalize_returns: bool = True
-    continuous_tanh_scale: float = 0.0
-    initial_log_std: float = 0.0
-    encoder_conv_architecture: str = "convnet_atari"
-    encoder_conv_mlp_layers: tuple[int, ...] = (512,)
-    use_rnn: bool = False
-    rnn_type: str = "gru"
-    rnn_size: int = 128
-    decoder_mlp_layers: tuple[int, ...] = ()
+    encoder_mlp_layers: tuple[int, ...] = tuple(default("encoder_mlp_layers"))
+    nonlinearity: str = default("nonlinearity")
+    share_weights: bool = default("actor_critic_share_weights")
+    normalize_input: bool = default("normalize_input")
+    normalize_returns: bool = default("normalize_returns")
+    continuous_tanh_scale: float = default("continuous_tanh_scale")
+    initial_log_std: float = default("initial_log_std")
+    encoder_conv_architecture: str = default("encoder_conv_architecture")
+    encoder_conv_mlp_layers: tuple[int, ...] = tuple(default("encoder_conv_mlp_layers"))
+    use_rnn: bool = default("use_rnn")
+    rnn_type: str = default("rnn_type")
+    rnn_size: int = default("rnn_size")
+    decoder_mlp_layers: tuple[int, ...] = tuple(default("decoder_mlp_layers"))
     # registered factories (algo.custom_models), resolved where the flags are parsed
     encoder_factory: Callable | None = None
     core_factory: Callable | None = None
     decoder_factory: Callable | None = None
 
     @classmethod
-    def from_config(cls, cfg) -> "ModelSpec":
-        return cls(tuple(cfg.encoder_mlp_layers), cfg.nonlinearity, cfg.actor_critic_share_weights,
-                   cfg.normalize_input, cfg.normalize_returns, cfg.continuous_tanh_scale, cfg.initial_log_std,
-                   cfg.encoder_conv_architecture, tuple(cfg.encoder_conv_mlp_layers), cfg.use_rnn, cfg.rnn_type,
-                   cfg.rnn_size, tuple(cfg.decoder_mlp_layers),
-                   custom_models.resolve("encoder", cfg.encoder_custom),
-                   custom_models.resolve("core", cfg.core_custom),
-                   custom_models.resolve("decoder", cfg.decoder_custom))
+    def from_config(cls, cfg: Config) -> "ModelSpec":
+        return cls(
+            encoder_mlp_layers=tuple(cfg.encoder_mlp_layers), nonlinearity=cfg.nonlinearity,
+            share_weights=cfg.actor_critic_share_weights, normalize_input=cfg.normalize_input,
+            normalize_returns=cfg.normalize_returns, continuous_tanh_scale=cfg.continuous_tanh_scale,
+            initial_log_std=cfg.initial_log_std, encoder_conv_architecture=cfg.encoder_conv_architecture,
+            encoder_conv_mlp_layers=tuple(cfg.encoder_conv_mlp_layers), use_rnn=cfg.use_rnn,
+            rnn_type=cfg.rnn_type, rnn_size=cfg.rnn_size, decoder_mlp_layers=tuple(cfg.decoder_mlp_layers),
+            encoder_factory=custom_models.resolve("encoder", cfg.encoder_custom),
+            core_factory=custom_models.resolve("core", cfg.core_custom),
+            decoder_factory=custom_models.resolve("decoder", cfg.decoder_custom))
 
 
 class Branch(nn.Module):

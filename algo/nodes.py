@@ -43,7 +43,7 @@ def lag_mask(ctx: Context, x: Inputs) -> Inputs:
 # 2. ------------------------------------------------------------------------------------------------
 def behaviour_values(ctx: Context, x: Inputs) -> Inputs:
     """The values inference computed while acting (row T: the bootstrap value), as PPO uses them."""
-    return {"values": x["values_behaviour"]}
+    return {"values": x["behaviour_values"]}
 
 
 def recompute(ctx: Context, x: Inputs) -> Inputs:
@@ -143,8 +143,8 @@ def _minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn, epochs: int) -> dict
     T, N = x["actions"].shape[:2]
     mask = x["mask"]
     obs = x["obs"][:-1].flatten(0, 1)
-    if "inactive" in x and x["inactive"].any():  # only observations agents acted on (an inactive agent's
-        obs = obs[~x["inactive"].flatten()]      # row holds zeros); no copy of every frame when all acted
+    if x["inactive"].any():  # only observations agents acted on (an inactive agent's row holds zeros);
+        obs = obs[~x["inactive"].flatten()]  # no copy of every frame when all acted
     model.update_obs_stats(obs)
     if not mask.any():  # every sample too stale to train on (--max_policy_lag)
         return {"skipped_datasets": 1.0}

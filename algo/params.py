@@ -1,32 +1,34 @@
-"""Hyperparameters the algorithm graphs' nodes read (a typed subset of the config)."""
+"""Hyperparameters the algorithm builders and graph nodes read: a typed subset of the config."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+
+from sf_core.config import Config, default
 
 
-@dataclass
+@dataclass(frozen=True)
 class LearningParams:
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    with_vtrace: bool = False
-    recompute_values: bool = False
-    vtrace_rho: float = 1.0
-    vtrace_c: float = 1.0
-    ppo_clip_ratio: float = 0.1
-    ppo_clip_value: float = 1.0
-    value_loss_coeff: float = 0.5
-    exploration_loss_coeff: float = 0.003
-    max_grad_norm: float = 4.0
-    normalize_advantage: bool = True
-    max_policy_lag: int = 1000
-    num_epochs: int = 1
-    batch_size: int = 1024
-    shuffle_minibatches: bool = True
-    mixed_precision: bool = False
-    recurrence: int = 1  # sequence length the learner unrolls (1: samples are independent)
+    gamma: float = default("gamma")
+    gae_lambda: float = default("gae_lambda")
+    with_vtrace: bool = default("with_vtrace")
+    recompute_values: bool = default("recompute_values")
+    vtrace_rho: float = default("vtrace_rho")
+    vtrace_c: float = default("vtrace_c")
+    ppo_clip_ratio: float = default("ppo_clip_ratio")
+    ppo_clip_value: float = default("ppo_clip_value")
+    value_loss_coeff: float = default("value_loss_coeff")
+    exploration_loss_coeff: float = default("exploration_loss_coeff")
+    max_grad_norm: float = default("max_grad_norm")
+    normalize_advantage: bool = default("normalize_advantage")
+    max_policy_lag: int = default("max_policy_lag")
+    num_epochs: int = default("num_epochs")
+    batch_size: int = default("batch_size")
+    shuffle_minibatches: bool = default("shuffle_minibatches")
+    mixed_precision: bool = default("mixed_precision")
+    recurrence: int = 1  # steps the learner unrolls per sequence, resolved (Config.recurrence_length)
 
     @classmethod
-    def from_config(cls, cfg) -> "LearningParams":
-        fields = {name: getattr(cfg, name) for name in cls.__dataclass_fields__ if name != "recurrence"}
-        return cls(**fields, recurrence=cfg.recurrence_length())
+    def from_config(cls, cfg: Config) -> "LearningParams":
+        values = {f.name: getattr(cfg, f.name) for f in fields(cls) if f.name != "recurrence"}
+        return cls(**values, recurrence=cfg.recurrence_length())

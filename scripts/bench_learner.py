@@ -21,23 +21,22 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from algo.algorithms import BATCH_KEYS, algorithm_builder  # noqa: E402
+from algo.algorithms import algorithm_builder  # noqa: E402
 from algo.graph import Context, GraphExecutor, ModelSlot, build_graph  # noqa: E402
 from algo.model import ActorCritic, ModelSpec  # noqa: E402
 from algo.params import LearningParams  # noqa: E402
 from sf_core.config import Config  # noqa: E402
+from sf_core.sample import BATCH_KEYS, SampleSpaces, batch_tensors  # noqa: E402
 
 
 def synthetic_batch(T: int, N: int, obs_dim: int, n_actions: int) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    return {
-        "obs": torch.randn(T + 1, N, obs_dim, generator=g), "actions": torch.randint(n_actions, (T, N), generator=g),
-        "log_prob": torch.full((T, N), -float(np.log(n_actions))), "values_behaviour": torch.zeros(T + 1, N),
-        "rewards": torch.ones(T, N), "dones": torch.rand(T, N, generator=g) < 0.02,
-        "truncated": torch.zeros(T, N, dtype=torch.bool), "trunc_values": torch.zeros(T, N),
-        "policy_version": torch.zeros(T, N, dtype=torch.int64),
-        "rnn_states": torch.zeros(T + 1, N, 0), "inactive": torch.zeros(T, N, dtype=torch.bool),
-    }
+    spaces = SampleSpaces(gym.spaces.Box(-1, 1, (obs_dim,), np.float32), gym.spaces.Discrete(n_actions))
+    batch = batch_tensors(spaces, T, N)  # every field zeroed; the ones that shape the losses filled in
+    batch.update(obs=torch.randn(T + 1, N, obs_dim, generator=g), actions=torch.randint(n_actions, (T, N), generator=g),
+                 log_prob=torch.full((T, N), -float(np.log(n_actions))), rewards=torch.ones(T, N),
+                 dones=torch.rand(T, N, generator=g) < 0.02)
+    return batch
 
 
 def make_context(cfg: Config, obs_dim: int, n_actions: int) -> Context:
@@ -75,7 +74,7 @@ def main() -> int:
 
     cfg = Config(env="CartPole-v1", algo=args.algo, encoder_mlp_layers=args.hidden, rollout=args.rollout,
                  batch_size=args.rollout * args.trajectories // 2, num_batches_per_epoch=2, num_epochs=2)
-    nodes = algorithm_builder(args.algo)(cfg).nodes
+    nodes = algorithm_builder(args.algo)(LearningParams.from_config(cfg)).nodes
     graph = build_graph(nodes, BATCH_KEYS)
     ordered = [graph.nodes[name]["node"] for gen in GraphExecutor(graph, None).generations for name in gen]
     batch = synthetic_batch(args.rollout, args.trajectories, args.obs_dim, 2)

@@ -13,7 +13,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from algo.algorithms import BATCH_KEYS, algorithm_builder, known_algorithms  # noqa: E402
+from algo.algorithms import algorithm_builder, known_algorithms  # noqa: E402
+from algo.params import LearningParams  # noqa: E402
+from sf_core.sample import BATCH_KEYS  # noqa: E402
 from algo.graph import build_graph  # noqa: E402
 from sf_core.config import Config  # noqa: E402
 
@@ -28,7 +30,7 @@ def render(algo: str, output: str, with_vtrace: bool = True) -> str:
     import networkx as nx
 
     cfg = Config(env="CartPole-v1", algo=algo, with_vtrace=with_vtrace)
-    nodes = algorithm_builder(algo)(cfg).nodes
+    nodes = algorithm_builder(algo)(LearningParams.from_config(cfg)).nodes
     graph = build_graph(nodes, BATCH_KEYS)
     used = sorted({key for node in nodes for key in node.input_keys if key in BATCH_KEYS})
     graph.add_node("batch", node=None)

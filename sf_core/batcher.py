@@ -1,11 +1,6 @@
 """Batcher: turns finished trajectories into learner datasets. Runs on a thread beside the learner.
 
-Signals in:  new_trajectories(slot)     from rollout workers (one slot = rows_per_split trajectories)
-             batch_consumed(index)      from the learner: that dataset buffer is free again
-             stop()
-Signals out: batch_ready(index)          to the learner
-             slots_freed_{w}(slots)      to rollout workers
-             component_error(...)
+Signals in: new_trajectories, batch_consumed, stop. Out: batch_ready, slots_freed (sf_core/signals.py).
 
 A dataset is `batch_size × num_batches_per_epoch` samples = that many / rollout trajectories, which
 need not be a whole number of slots: a slot is freed once all of its trajectories were copied. With
@@ -21,14 +16,17 @@ import torch
 
 from sf_core.buffers import BufferLayout, DatasetBuffers, TrajectoryBuffers
 from sf_core.component import Component, guarded
-from sf_core.heartbeat import Heartbeats
+from sf_core.config import Config
+from sf_core.control import ControlBlock
+from sf_core.sample import FIELDS
+from sf_core.signals import BATCH_READY, SLOTS_FREED
 from signal_slot.signal_slot import EventLoop
 
 
 class Batcher(Component):
-    def __init__(self, loop: EventLoop, cfg, buffers: TrajectoryBuffers, datasets: DatasetBuffers,
-                 layout: BufferLayout, heartbeats: Heartbeats | None = None):
-        super().__init__(loop, "batcher", heartbeats)
+    def __init__(self, loop: EventLoop, cfg: Config, buffers: TrajectoryBuffers, datasets: DatasetBuffers,
+                 layout: BufferLayout, control: ControlBlock | None = None):
+        super().__init__(loop, "batcher", control)
         self.cfg, self.buffers, self.datasets, self.layout = cfg, buffers, datasets, layout
         self.num_trajectories = cfg.dataset_size() // cfg.rollout
         self.ready: deque[tuple[int, int]] = deque()  # (slot, env) trajectories not yet copied
@@ -56,9 +54,10 @@ class Batcher(Component):
             units = [self.ready.popleft() for _ in range(self.num_trajectories)]
             slots = torch.tensor([u[0] for u in units])
             envs = torch.tensor([u[1] for u in units])
-            for key, source in self.buffers.tensors().items():
-                # [n, T+1, ...] gathered in one op, stored time-major
-                self.datasets[index][key].copy_(source[slots, :, envs].transpose(0, 1))
+            T = self.layout.rollout
+            for f in FIELDS:  # [n, rows, ...] gathered in one op, stored time-major
+                source = self.buffers[f.name]
+                self.datasets[index][f.name].copy_(source[slots, :f.rows(T), envs].transpose(0, 1))
             done = []
             for slot, _ in units:
                 self.uncopied[slot] -= 1
@@ -69,14 +68,14 @@ class Batcher(Component):
                 self._free_slots(done)
             else:
                 self.held[index] = done
-            self.emit("batch_ready", index)
+            BATCH_READY.emit(self, index)
 
     def _free_slots(self, slots: list[int]) -> None:
         by_worker: dict[int, list[int]] = {}
         for slot in slots:
             by_worker.setdefault(self.layout.worker_of_slot(slot), []).append(slot)
         for worker, worker_slots in by_worker.items():
-            self.emit(f"slots_freed_{worker}", worker_slots)
+            SLOTS_FREED.emit_to(self, worker, worker_slots)
 
     @guarded
     def stop(self) -> None:

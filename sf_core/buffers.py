@@ -1,12 +1,10 @@
 """Shared-memory tensors, allocated once by the runner before any process starts.
 
-Trajectory buffers are time-major per slot: `[num_slots, rollout + 1, rows_per_split, ...]`, one row
-per agent of each env of the split (`envs_per_split × agents_per_env`; single-agent envs: one row per
-env). A slot belongs to one split of one rollout worker; each split owns `sets_per_split` slots and cycles through
-them. Row t of a slot holds the observation at step t and, once inference has run, the action,
-log-prob, value and policy version chosen there; rewards/dones of step t are in row t too. Row
-`rollout` holds the bootstrap observation (and the next action, which is carried into row 0 of the
-split's next slot). Signals between components carry only slot and row indices.
+Trajectory buffers hold every field of the sample schema (sf_core/sample.py) as
+`[num_slots, rollout + 1, rows_per_split, ...]`, one row per agent of each env of the split
+(`envs_per_split × agents_per_env`; single-agent envs: one row per env). A slot belongs to one split of
+one rollout worker; each split owns `sets_per_split` slots and cycles through them. Signals between
+components carry only slot and row indices.
 """
 
 from __future__ import annotations
@@ -14,12 +12,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import gymnasium as gym
 import torch
 from torch import nn
 
-from algo.distributions import action_storage
-from algo.observations import obs_storage
+from sf_core.config import Config
+from sf_core.sample import FIELD, FIELDS, SampleSpaces, batch_tensors
 
 
 @dataclass(frozen=True)
@@ -32,7 +29,7 @@ class BufferLayout:
     agents_per_env: int = 1  # multi-agent envs: each agent is a trajectory row of its own
 
     @classmethod
-    def from_config(cls, cfg, agents_per_env: int = 1) -> "BufferLayout":
+    def from_config(cls, cfg: Config, agents_per_env: int = 1) -> "BufferLayout":
         splits_total = cfg.num_workers * cfg.worker_num_splits
         rows = cfg.envs_per_split() * agents_per_env
         trajectories_per_round = splits_total * rows
@@ -43,7 +40,7 @@ class BufferLayout:
         if cfg.async_rl:
             # With --env_service, a worker whose slots are all down stops producing for a while: room for
             # the splits of one live worker to fill a dataset alone, or the others would wait for it
-            producers = (cfg.worker_num_splits * cfg.envs_per_split() if getattr(cfg, "env_service", "")
+            producers = (cfg.worker_num_splits * cfg.envs_per_split() if cfg.env_service
                          else trajectories_per_round)
             sets = math.ceil(dataset_trajectories / producers) + 1
         else:
@@ -81,37 +78,24 @@ def _shared(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 
 
 class TrajectoryBuffers:
-    """The tensors every component reads and writes; numpy views give cheap per-step access."""
+    """Every sample field per slot, plus two per-split tensors that are no samples."""
 
-    KEYS = ("obs", "actions", "log_prob", "values", "rewards", "dones", "truncated", "trunc_values",
-            "policy_version", "rnn_states", "inactive")
-
-    def __init__(self, layout: BufferLayout, obs_space: gym.Space, action_space: gym.Space, rnn_state_size: int = 0):
-        self.layout = layout
-        obs_shape, obs_dtype = obs_storage(obs_space)
-        act_shape, act_dtype = action_storage(action_space)
+    def __init__(self, layout: BufferLayout, spaces: SampleSpaces):
+        self.layout, self.spaces = layout, spaces
         lead = (layout.num_slots, layout.rollout + 1, layout.rows_per_split)
-        self.obs = _shared(lead + obs_shape, obs_dtype)
-        self.actions = _shared(lead + act_shape, act_dtype)
-        self.log_prob = _shared(lead, torch.float32)
-        self.values = _shared(lead, torch.float32)
-        self.rewards = _shared(lead, torch.float32)
-        self.dones = _shared(lead, torch.bool)  # terminated
-        self.truncated = _shared(lead, torch.bool)  # cut by a time limit: bootstrap from trunc_values
-        self.trunc_values = _shared(lead, torch.float32)
-        self.policy_version = _shared(lead, torch.int64)
-        # the recurrent state each row's action was chosen with (width 0 for a feed-forward model), so
-        # the learner can unroll the core from it; and each env's latest state, per split
-        self.rnn_states = _shared(lead + (rnn_state_size,), torch.float32)
-        self.rnn_latest = _shared((layout.num_splits_total, layout.rows_per_split, rnn_state_size), torch.float32)
-        # a multi-agent env's agent that finished early and waits for the others: its row is no sample
-        # (stays all False for single-agent envs, so only the non-batched runner writes it)
-        self.inactive = _shared(lead, torch.bool)
-        # the final observation of an env truncated at the last step, per split
-        self.final_obs = _shared((layout.num_splits_total, layout.rows_per_split) + obs_shape, obs_dtype)
+        self.fields: dict[str, torch.Tensor] = {}
+        for f in FIELDS:
+            shape, dtype = spaces.storage(f)
+            self.fields[f.name] = _shared(lead + shape, dtype)
+        splits, rows = layout.num_splits_total, layout.rows_per_split
+        # each row's latest recurrent state, after its previous observation
+        self.rnn_latest = _shared((splits, rows, spaces.rnn_state_size), torch.float32)
+        # the final observation of an env truncated at the last step (its value bootstraps the cut episode)
+        obs_shape, obs_dtype = spaces.storage(FIELD["obs"])
+        self.final_obs = _shared((splits, rows) + obs_shape, obs_dtype)
 
-    def tensors(self) -> dict[str, torch.Tensor]:
-        return {key: getattr(self, key) for key in self.KEYS}
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.fields[name]
 
 
 class SharedWeights:
@@ -124,8 +108,6 @@ class SharedWeights:
     def __init__(self, model: nn.Module, lock):
         self.tensors = {name: t.detach().clone().share_memory_() for name, t in model.state_dict().items()}
         self.version = _shared((1,), torch.int64)
-        # set by the runner when it stops: the learner skips queued datasets and saves right away
-        self.stop_requested = _shared((1,), torch.int64)
         self.lock = lock
 
     def publish(self, model: nn.Module, version: int) -> None:
@@ -159,19 +141,15 @@ def make_lock(serial: bool, mp_context):
 
 
 class DatasetBuffers:
-    """`count` learner datasets, each a dict of time-major tensors `[rollout + 1, trajectories, ...]`.
-
-    The batcher fills one while the learner trains on another.
-    """
+    """`count` learner datasets, each a dict of time-major tensors `[rows, trajectories, ...]` holding only
+    the rows the learner trains on (`SampleField.rows`). The batcher fills one while the learner trains on
+    another."""
 
     def __init__(self, buffers: TrajectoryBuffers, num_trajectories: int, count: int = 2):
         self.datasets = []
         for _ in range(count):
-            dataset = {}
-            for key, tensor in buffers.tensors().items():
-                rows, per_sample = tensor.shape[1], tensor.shape[3:]
-                dataset[key] = _shared((rows, num_trajectories) + per_sample, tensor.dtype)
-            self.datasets.append(dataset)
+            batch = batch_tensors(buffers.spaces, buffers.layout.rollout, num_trajectories)
+            self.datasets.append({key: t.share_memory_() for key, t in batch.items()})
 
     def __len__(self) -> int:
         return len(self.datasets)

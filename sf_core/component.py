@@ -17,32 +17,17 @@ import signal as os_signal
 import threading
 import time
 import traceback
-from queue import Full
+from queue import Empty, Full
 from typing import Any, Callable
 
 import faster_fifo
 import torch
-from sf_core.heartbeat import Heartbeats
+from sf_core.control import ControlBlock
+from sf_core.signals import COMPONENT_ERROR, Signal
 from signal_slot.signal_slot import EventLoop, EventLoopObject, EventLoopProcess, Timer
 
 
 SIGNAL_QUEUE_BYTES = 5_000_000
-
-
-def use_plain_pickle(loop: EventLoop) -> EventLoop:
-    """Give a loop a faster-fifo queue that pickles with plain `pickle` instead of ForkingPickler.
-
-    Signal payloads here are ints, lists and dicts of floats (never tensors or handles), and plain
-    pickle is about 7x cheaper per message, which adds up at one signal per env-group step. Must
-    run before any connection to the loop is made (connections capture the queue object).
-    """
-    old = loop.signal_queue
-    loop.signal_queue = faster_fifo.Queue(max_size_bytes=SIGNAL_QUEUE_BYTES, dumps=pickle.dumps)
-    for obj in list(loop.objects.values()):  # the loop's own connections (its terminate signal)
-        for receiver, queue in obj.receiver_queues.items():
-            if queue is old:
-                obj.receiver_queues[receiver] = loop.signal_queue
-    return loop
 
 
 class ComponentError(RuntimeError):
@@ -74,20 +59,21 @@ def _describe(exc: BaseException) -> str:
 
 
 class Component(EventLoopObject):
-    """An event-loop object with a readable name; signals are emitted by name (strings).
+    """An event-loop object with a readable name that emits the signals of `sf_core.signals`.
 
-    String signals (`self.emit("name", ...)`) avoid the class-level `@signal` descriptor, which two
-    threads emitting the same signal could race on, and allow per-receiver signal names.
+    Signals are emitted by name (the `Signal` objects do it), never through signal-slot's class-level
+    `@signal` descriptor, which two threads emitting the same signal could race on.
     """
 
     HEARTBEAT_SEC = 0.5
 
-    def __init__(self, event_loop: EventLoop, name: str, heartbeats: Heartbeats | None = None):
+    def __init__(self, event_loop: EventLoop, name: str, control: ControlBlock | None = None):
         super().__init__(event_loop, name)
         self.name = name
-        self.heartbeats = heartbeats
-        self.heartbeat_index = heartbeats.index(name) if heartbeats is not None else -1
-        if heartbeats is not None:
+        self.control = control
+        self.heartbeats = control.heartbeats if control is not None else None
+        self.heartbeat_index = self.heartbeats.index(name) if self.heartbeats is not None else -1
+        if self.heartbeats is not None:
             self.heartbeat_timer = Timer(event_loop, self.HEARTBEAT_SEC, object_id=f"{name}_heartbeat")
             self.heartbeat_timer.timeout.connect(self.idle_heartbeat)
 
@@ -102,14 +88,37 @@ class Component(EventLoopObject):
     def report_error(self, error: BaseException) -> None:
         details = error.details if isinstance(error, ComponentError) else _describe(error)
         component = error.component if isinstance(error, ComponentError) else self.name
-        self.emit("component_error", component, details)
+        COMPONENT_ERROR.emit(self, component, details)
 
     def stop_loop(self) -> None:
         self.beat("stopped")
         self.event_loop.stop()
 
-    def emit_bounded(self, signal_: str, *args: Any, timeout: float = 2.0) -> list[str]:
-        """Emit like `emit`, but give up on any receiver's queue that stays locked past `timeout`.
+
+class Routing:
+    """The one place that reads or edits signal-slot-mp's internals: its routing tables (which receivers
+    a signal goes to, through which queue) and its loops' queues. Everything else uses the library's
+    public API through `sf_core.signals`."""
+
+    @staticmethod
+    def use_plain_pickle(loop: EventLoop) -> EventLoop:
+        """Give a loop a faster-fifo queue that pickles with plain `pickle` instead of ForkingPickler.
+
+        Signal payloads here are ints, lists, strings and small dataclasses (never tensors or handles),
+        and plain pickle is several times cheaper per message, which adds up at one signal per split
+        step. Must run before any connection to the loop is made (connections capture the queue).
+        """
+        old = loop.signal_queue
+        loop.signal_queue = faster_fifo.Queue(max_size_bytes=SIGNAL_QUEUE_BYTES, dumps=pickle.dumps)
+        for obj in list(loop.objects.values()):  # the loop's own connections (its terminate signal)
+            for receiver, queue in obj.receiver_queues.items():
+                if queue is old:
+                    obj.receiver_queues[receiver] = loop.signal_queue
+        return loop
+
+    @staticmethod
+    def emit_bounded(sender: EventLoopObject, signal_: Signal, args: tuple, timeout: float = 2.0) -> list[str]:
+        """Emit like `signal_.emit`, but give up on any receiver's queue that stays locked past `timeout`.
 
         A process killed inside a faster-fifo put or get leaves that queue's mutex locked for good
         (the mutexes are not robust), so an ordinary emit into it blocks forever. Each queue gets its
@@ -117,14 +126,14 @@ class Component(EventLoopObject):
         Returns the receivers that could not be reached.
         """
         by_queue: dict[int, tuple[Any, list[str]]] = {}
-        for receiver in self.send_signals_to.get(signal_, ()):
-            queue = self.receiver_queues[receiver]
+        for receiver in sender.send_signals_to.get(signal_.name, ()):
+            queue = sender.receiver_queues[receiver]
             by_queue.setdefault(id(queue), (queue, []))[1].append(receiver)
-        message = [(self.object_id, signal_, args)]
+        message = [(sender.object_id, signal_.name, args)]
         puts = []
         for queue, receivers in by_queue.values():
             thread = threading.Thread(target=_put_quietly, args=(queue, message), daemon=True,
-                                      name=f"{self.name}_emit_{signal_}")
+                                      name=f"{sender.object_id}_emit_{signal_.name}")
             thread.start()
             puts.append((thread, receivers))
         deadline = time.monotonic() + timeout
@@ -134,6 +143,36 @@ class Component(EventLoopObject):
             if thread.is_alive():
                 unreachable += receivers
         return unreachable
+
+    @staticmethod
+    def forget_receivers(sender: EventLoopObject, receiver_ids: list[str]) -> None:
+        """Stop routing `sender`'s signals to these receivers (dead processes). signal-slot's disconnect()
+        refuses objects of another process once started; the sender's own tables are all an emit reads."""
+        for receiver_id in receiver_ids:
+            for receivers in sender.send_signals_to.values():
+                receivers.discard(receiver_id)
+            sender.receiver_queues.pop(receiver_id, None)
+            sender.receiver_refcount.pop(receiver_id, None)
+
+    @staticmethod
+    def forget_all(sender: EventLoopObject) -> None:
+        """Drop every connection `sender` made (before it is wired again to new components)."""
+        for table in (sender.send_signals_to, sender.receiver_queues, sender.receiver_refcount):
+            table.clear()
+
+    @staticmethod
+    def drain(loop: EventLoop) -> None:
+        """Discard every signal waiting in the loop's queue (sent by components that are gone)."""
+        while True:
+            try:
+                loop.signal_queue.get_many(block=False)
+            except Empty:
+                return
+
+    @staticmethod
+    def rearm(loop: EventLoop) -> None:
+        """Let a loop that was told to stop run again (exec or process_events)."""
+        loop.should_terminate = False
 
 
 def _put_quietly(queue: Any, message: list) -> None:
@@ -198,7 +237,7 @@ class ComponentProcess(EventLoopProcess):
 
     def __init__(self, name: str, mp_context, torch_threads: int):
         super().__init__(name, multiprocessing_context=mp_context, daemon=True)
-        use_plain_pickle(self.event_loop)
+        Routing.use_plain_pickle(self.event_loop)
         self.torch_threads = torch_threads
         self.reporter: Component | None = None  # the component whose name a crash is reported under
         self.threads: list[tuple[EventLoop, Component]] = []  # extra loops run on threads (the batcher)

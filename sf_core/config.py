@@ -269,6 +269,16 @@ class Config:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
 
+def default(name: str) -> Any:
+    """A flag's default. Typed views of the config (algo.model.ModelSpec, algo.params.LearningParams)
+    take their defaults from here, so each default is written once, in `Config`."""
+    f = _FIELDS[name]
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+
+
 # --------------------------------------------------------------------------------------------------
 # Command-line parsing
 

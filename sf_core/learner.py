@@ -1,10 +1,7 @@
 """Learner: trains on each dataset the batcher prepares and publishes the new weights.
 
-Signals in:  batch_ready(index)   from the batcher
-             save_checkpoint(runner_state, is_best)   from the runner
-             stop()
-Signals out: batch_consumed(index)   to the batcher (after the new weights are published)
-             checkpoint_saved(path), report(stats), component_error(...)   to the runner
+Signals in: batch_ready, save_checkpoint, stop. Out: batch_consumed (after the new weights are
+published), checkpoint_saved, report (sf_core/signals.py).
 
 The algorithm is a dataflow graph (`algo.algorithms`, run by `algo.graph.GraphExecutor`): this module
 only moves data, keeps the policy version, and saves checkpoints.
@@ -13,28 +10,29 @@ only moves data, keeps the policy version, and saves checkpoints.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
-
 import gymnasium as gym
 import torch
 
-from algo.algorithms import BATCH_KEYS, Algorithm
+from algo.algorithms import AlgorithmBuilder
 from algo.graph import Context, GraphExecutor, ModelSlot, build_graph
 from algo.model import ActorCritic, ModelSpec
 from algo.params import LearningParams
 from sf_core import checkpoint
 from sf_core.buffers import DatasetBuffers, SharedWeights
 from sf_core.component import Component, guarded
-from sf_core.heartbeat import Heartbeats
+from sf_core.config import Config
+from sf_core.control import ControlBlock
+from sf_core.sample import BATCH_KEYS
+from sf_core.signals import BATCH_CONSUMED, CHECKPOINT_SAVED, REPORT, LearnerReport
 from signal_slot.signal_slot import EventLoop
 
 
 class Learner(Component):
-    def __init__(self, loop: EventLoop, cfg, datasets: DatasetBuffers, weights: SharedWeights,
+    def __init__(self, loop: EventLoop, cfg: Config, datasets: DatasetBuffers, weights: SharedWeights,
                  obs_space: gym.Space, action_space: gym.Space, spec: ModelSpec, device: str, seed: int,
-                 checkpoint_dir: str, resume_from: str | None, algorithm_builder: Callable[[Any], Algorithm],
-                 heartbeats: Heartbeats | None = None):
-        super().__init__(loop, "learner", heartbeats)
+                 checkpoint_dir: str, resume_from: str | None, algorithm_builder: AlgorithmBuilder,
+                 control: ControlBlock):
+        super().__init__(loop, "learner", control)
         self.algorithm_builder = algorithm_builder
         self.checkpoint_dir, self.resume_from = checkpoint_dir, resume_from
         self.cfg, self.datasets, self.weights = cfg, datasets, weights
@@ -44,7 +42,6 @@ class Learner(Component):
         self.samples_trained = 0
         self.executor: GraphExecutor | None = None
         self.models: dict[str, ModelSlot] = {}
-        self.batcher_loop: EventLoop | None = None  # runs on a thread of this process (async mode)
         loop.start.connect(self.on_start)
 
     @guarded
@@ -59,9 +56,10 @@ class Learner(Component):
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
                                      betas=(cfg.adam_beta1, cfg.adam_beta2), fused=fused)
         self.models = {"actor_critic": ModelSlot(model, optimizer, self.device)}
-        algorithm = self.algorithm_builder(cfg)
+        params = LearningParams.from_config(cfg)
+        algorithm = self.algorithm_builder(params)
         self.models.update(algorithm.extra_models(self.models))
-        context = Context(self.models, LearningParams.from_config(cfg),
+        context = Context(self.models, params,
                           on_minibatch=lambda: self.beat("training on a dataset"))
         self.executor = GraphExecutor(build_graph(algorithm.nodes, BATCH_KEYS), context)
         if self.resume_from:
@@ -85,7 +83,7 @@ class Learner(Component):
             "runner": runner_state,
         }
         path = checkpoint.save(self.checkpoint_dir, state, self.cfg.keep_checkpoints, is_best)
-        self.emit("checkpoint_saved", path)
+        CHECKPOINT_SAVED.emit(self, path)
 
     def _learning_rate(self) -> float:
         if self.cfg.lr_schedule == "linear_decay":
@@ -95,19 +93,15 @@ class Learner(Component):
 
     @guarded
     def batch_ready(self, index: int) -> None:
-        if self.cfg.sampling_only or self.weights.stop_requested.numpy()[0]:
+        if self.cfg.sampling_only or self.control.stop_requested():
             # benchmarking the sampler, or stopping: hand the data straight back (a stop must not
             # wait behind queued datasets before the final checkpoint)
-            self.emit("batch_consumed", index)
+            BATCH_CONSUMED.emit(self, index)
             return
         started = time.perf_counter()
         self.beat("training on a dataset")
-        dataset = self.datasets[index]
-        batch = {key: t.to(self.device, non_blocking=True) for key, t in dataset.items()}
-        # obs, values and rnn_states keep row T (the bootstrap observation, its value and state); the
-        # rest is per step
-        batch = {key: (t if key in ("obs", "values", "rnn_states") else t[:-1]) for key, t in batch.items()}
-        batch["values_behaviour"] = batch.pop("values")  # the graph's "values" may be recomputed
+        # the dataset holds exactly the batch's rows (sf_core/sample.py): no slicing, no renaming
+        batch = {key: t.to(self.device, non_blocking=True) for key, t in self.datasets[index].items()}
         lr = self._learning_rate()
         slot = self.models["actor_critic"]
         for group in slot.optimizer.param_groups:
@@ -116,14 +110,14 @@ class Learner(Component):
         outputs = self.executor.run(batch)
         self.version += 1
         self.weights.publish(slot.module, self.version)
-        self.emit("batch_consumed", index)
+        BATCH_CONSUMED.emit(self, index)
 
         samples = batch["rewards"].numel()
         self.samples_trained += samples
         stats = {k: v for key, d in outputs.items() if key.endswith("_stats") for k, v in d.items()}
         # the graph's statistics are nested: a custom *_stats key cannot overwrite version or samples
-        self.emit("report", {"source": "learner", "version": self.version, "samples": samples,
-                             "train_seconds": time.perf_counter() - started, "stats": {"learning_rate": lr, **stats}})
+        REPORT.emit(self, LearnerReport(self.version, samples, time.perf_counter() - started,
+                                        {"learning_rate": lr, **stats}))
 
     @guarded
     def stop(self) -> None:

@@ -1,11 +1,6 @@
 """Rollout worker: owns envs (in `worker_num_splits` split runners) and steps them on request.
 
-Signals in:  advance_{w}(splits)       inference wrote actions for these splits' current rows
-             slots_freed_{w}(slots)    the batcher is done with these trajectory slots
-             stop()
-Signals out: policy_request(worker, split, slot, row, has_truncation)   to its inference worker
-             new_trajectories(slot)                                      to the batcher
-             report(stats)  component_error(name, details)              to the runner
+Signals in: advance, slots_freed, stop. Out: policy_request, new_trajectories, report (sf_core/signals.py).
 
 Double buffering: while one split waits for actions, the worker steps another one. A split runner is
 a VectorEnvRunner (--batched_sampling=True) or a NonBatchedEnvRunner (False, any multi-agent env).
@@ -16,13 +11,16 @@ from __future__ import annotations
 import logging
 import time
 
-from sf_core.service.env_pool import EnvPool
 from envs.registry import EnvRegistry
-from sf_core.service.remote_env import ServiceError
 from sf_core.buffers import BufferLayout, TrajectoryBuffers
 from sf_core.component import Component, guarded
-from sf_core.heartbeat import Heartbeats
+from sf_core.config import Config
+from sf_core.control import ControlBlock
 from sf_core.nonbatched_env_runner import NonBatchedEnvRunner
+from sf_core.sample import RowOrigin
+from sf_core.service.env_pool import EnvPool
+from sf_core.service.remote_env import ServiceError
+from sf_core.signals import NEW_TRAJECTORIES, POLICY_REQUEST, REPORT, RolloutReport, ServiceReport
 from sf_core.split_runner import EnvStepError
 from sf_core.vector_env_runner import VectorEnvRunner
 from signal_slot.signal_slot import EventLoop, Timer
@@ -34,9 +32,9 @@ REPORT_INTERVAL_SEC = 0.25  # frames counted this often: bounds overshoot of --t
 
 
 class RolloutWorker(Component):
-    def __init__(self, loop: EventLoop, worker: int, cfg, registry: EnvRegistry, buffers: TrajectoryBuffers,
-                 layout: BufferLayout, seed: int, heartbeats: Heartbeats | None = None):
-        super().__init__(loop, f"rollout_worker_{worker}", heartbeats)
+    def __init__(self, loop: EventLoop, worker: int, cfg: Config, registry: EnvRegistry, buffers: TrajectoryBuffers,
+                 layout: BufferLayout, seed: int, control: ControlBlock | None = None):
+        super().__init__(loop, f"rollout_worker_{worker}", control)
         self.worker, self.cfg, self.registry = worker, cfg, registry
         self.buffers, self.layout, self.seed = buffers, layout, seed
         self.runners = []
@@ -73,7 +71,7 @@ class RolloutWorker(Component):
                     raise
                 self._park(s, exc)
                 continue
-            self._request(s, has_truncation=False)
+            self._request(s, RowOrigin.AFTER_RESET)
 
     def _open_pool(self) -> None:
         from sf_core.service.endpoints import parse_service, worker_slice
@@ -91,9 +89,9 @@ class RolloutWorker(Component):
     def _is_slot_failure(self, exc: BaseException) -> bool:
         return self.pool is not None and isinstance(exc.__cause__, ServiceError)
 
-    def _request(self, split: int, has_truncation: bool) -> None:
+    def _request(self, split: int, origin: RowOrigin, has_truncation: bool = False) -> None:
         runner = self.runners[split]
-        self.emit("policy_request", self.worker, split, runner.slot, runner.t, has_truncation)
+        POLICY_REQUEST.emit(self, self.worker, split, runner.slot, runner.t, int(origin), has_truncation)
 
     @guarded
     def advance(self, splits: list[int]) -> None:
@@ -101,13 +99,13 @@ class RolloutWorker(Component):
             runner = self.runners[split]
             if runner.trajectory_complete():
                 runner.faults_in_a_row = 0
-                self.emit("new_trajectories", runner.slot)
+                NEW_TRAJECTORIES.emit(self, runner.slot)
                 if not runner.next_slot():
                     self.waiting_for_slot.add(split)
                     continue
                 if not self.cfg.async_rl:
                     # sync: the action carried into row 0 predates the weights trained meanwhile
-                    self._request(split, has_truncation=False)
+                    self._request(split, RowOrigin.CARRIED)
                     continue
             self._step(split)
 
@@ -127,7 +125,7 @@ class RolloutWorker(Component):
         self.env_seconds += time.perf_counter() - started
         # one frame per agent step (a row): the unit the learner trains on, for multi-agent envs too
         self.frames += self.layout.rows_per_split * self.cfg.env_frameskip
-        self._request(split, has_truncation)
+        self._request(split, RowOrigin.AFTER_STEP, has_truncation)
 
     def _restart_split(self, split: int, error: Exception) -> None:
         """--env_fault_policy=restart: new envs, and the half-finished trajectory is written over.
@@ -149,7 +147,7 @@ class RolloutWorker(Component):
                 error = exc
                 continue
             self.runners[split] = fresh
-            self._request(split, has_truncation=False)
+            self._request(split, RowOrigin.AFTER_RESET)
             return
 
     def _recover_split(self, split: int, error: Exception) -> None:
@@ -168,7 +166,7 @@ class RolloutWorker(Component):
         if failure is not None:
             self._park(split, failure)
             return
-        self._request(split, has_truncation=False)
+        self._request(split, RowOrigin.AFTER_RESET)
 
     def _restart_episodes(self, split: int) -> EnvStepError | None:
         """New episodes in every env of the split; the slot failure if no healthy slot is free (any
@@ -204,7 +202,7 @@ class RolloutWorker(Component):
                 continue
             del self.parked[split]
             log.info("%s: split %d runs again after %.1fs without a slot", self.name, split, time.time() - since)
-            self._request(split, has_truncation=False)
+            self._request(split, RowOrigin.AFTER_RESET)
 
     @guarded
     def slots_freed(self, slots: list[int]) -> None:
@@ -217,7 +215,7 @@ class RolloutWorker(Component):
                 if self.cfg.async_rl:
                     self._step(split)
                 else:  # see advance(): act with the new weights, not the carried action
-                    self._request(split, has_truncation=False)
+                    self._request(split, RowOrigin.CARRIED)
 
     @guarded
     def send_report(self) -> None:
@@ -225,17 +223,18 @@ class RolloutWorker(Component):
         for runner in self.runners:
             episodes += runner.finished_episodes
             runner.finished_episodes = []
-        report = {"source": "rollout", "worker": self.worker, "frames": self.frames,
-                  "episodes": episodes, "env_seconds": self.env_seconds, "env_faults": self.env_faults}
-        if self.pool is not None:
-            readmitted = self.pool.readmitted_total
-            report["service"] = {**self.pool.counts(), "slot_faults": self.slot_faults,
-                                 "interrupted_episodes": self.interrupted_episodes,
-                                 "readmitted": readmitted - self.readmitted_reported,
-                                 "waiting_envs": len(self.parked) * self.layout.envs_per_split}
-            self.slot_faults, self.interrupted_episodes, self.readmitted_reported = 0, 0, readmitted
-        self.emit("report", report)
+        REPORT.emit(self, RolloutReport(self.worker, self.frames, episodes, self.env_seconds, self.env_faults,
+                                        self._service_report()))
         self.frames, self.env_seconds, self.env_faults = 0, 0.0, 0
+
+    def _service_report(self) -> ServiceReport | None:
+        if self.pool is None:
+            return None
+        readmitted = self.pool.readmitted_total
+        report = ServiceReport(self.pool.counts(), self.slot_faults, self.interrupted_episodes,
+                               readmitted - self.readmitted_reported, len(self.parked) * self.layout.envs_per_split)
+        self.slot_faults, self.interrupted_episodes, self.readmitted_reported = 0, 0, readmitted
+        return report
 
     @guarded
     def stop(self) -> None:

@@ -1,10 +1,7 @@
 """Runner: sets up an experiment, starts every component, watches it, checkpoints, and stops it.
 
-Signals in:  report(stats)                      from every component
-             component_error(name, details)    a component failed: stop with its message
-             checkpoint_saved(path)            from the learner
-Signals out: save_checkpoint(state, is_best)   to the learner (periodically and at every stop)
-             stop()                             to every component
+Signals in: report, component_error (stop with its message), checkpoint_saved. Out: save_checkpoint
+(periodically and at every stop), stop (sf_core/signals.py).
 
 The components themselves are built and connected by `sf_core.wiring`.
 """
@@ -18,22 +15,23 @@ import signal as os_signal
 import threading
 import time
 from dataclasses import replace
-from queue import Empty
 
 import gymnasium as gym
 import torch
 
-from algo.algorithms import BATCH_KEYS, algorithm_builder
+from algo.algorithms import algorithm_builder
 from algo.graph import build_graph
 from algo.model import has_fast_bfloat16
-from envs.multi_agent import is_multi_agent, num_agents
-from envs.registry import EnvContext, EnvRegistry, registry_snapshot
+from algo.params import LearningParams
+from envs.registry import EnvRegistry, registry_snapshot
 from sf_core import checkpoint
-from sf_core.component import Component, ComponentError, guarded, reuse_freed_memory, use_plain_pickle
+from sf_core.component import Component, ComponentError, Routing, guarded, reuse_freed_memory
 from sf_core.config import Config, ConfigError
 from sf_core.experiment import Experiment
+from sf_core.sample import BATCH_KEYS
+from sf_core.signals import SAVE_CHECKPOINT, STOP, Report, Signal
 from sf_core.stats import TrainingStats
-from sf_core.wiring import Topology, build_components, initial_model
+from sf_core.wiring import Topology, build_components, initial_model, probe_spaces
 from signal_slot.signal_slot import EventLoop, Timer
 
 log = logging.getLogger("sf_core")
@@ -62,7 +60,7 @@ class Runner(Component):
         self.registry = registry or registry_snapshot(only=cfg.env)
         self.loop = EventLoop("runner_loop", serial_mode=cfg.serial_mode)
         if not cfg.serial_mode:
-            use_plain_pickle(self.loop)
+            Routing.use_plain_pickle(self.loop)
         super().__init__(self.loop, "runner")
         self.experiment = Experiment(self.cfg)
         self.topology = Topology()
@@ -81,43 +79,13 @@ class Runner(Component):
         self.threads_before_fork = 0
 
     # ---------------------------------------------------------------- setup
-    def _probe_spaces(self):
-        """The env's (per-agent) spaces and its number of agents, from one instance made here."""
-        if self.cfg.env_service:
-            return self._probe_service_spaces()
-        env = self.registry.make(self.cfg.env, self.cfg, EnvContext(worker_index=-1, env_index=-1, seed=self.seed))
-        try:
-            agents = num_agents(env)
-            if is_multi_agent(env) and self.cfg.batched_sampling:
-                raise ConfigError(f"env {self.cfg.env!r} is a multi-agent env ({agents} agents): it needs "
-                                  f"--batched_sampling=False (batched sampling steps single-agent envs only)")
-            return env.observation_space, env.action_space, agents
-        finally:
-            env.close()
-
-    def _probe_service_spaces(self):
-        """--env_service: every server must answer, serve --env with the capacity the flag lists; the
-        spaces come from their description (the trainer does not need the env's code)."""
-        from sf_core.service.protocol import space_from_json
-        from sf_core.service.remote_env import close_context
-        from sf_core.service.endpoints import ServiceConfigError, check_training_endpoints, parse_service
-
-        try:
-            d = check_training_endpoints(parse_service(self.cfg.env_service), self.cfg.env,
-                                         self.cfg.env_service_timeout)
-        except ServiceConfigError as exc:
-            raise ConfigError(f"--env_service: {exc}") from None
-        finally:
-            close_context()  # no ZeroMQ I/O threads in a process about to fork the workers
-        return space_from_json(d["observation_space"]), space_from_json(d["action_space"]), 1
-
     def _build(self, resume: bool = False, start_method: str | None = None) -> None:
         cfg = self.cfg if start_method is None else replace(self.cfg, mp_start_method=start_method)
         if not cfg.serial_mode:
             self.registry.check_picklable()
         # the algorithm's graph is checked here, so a broken one fails before any process starts
-        build_graph(algorithm_builder(cfg.algo)(cfg).nodes, BATCH_KEYS)
-        obs_space, action_space, agents_per_env = self._probe_spaces()
+        build_graph(algorithm_builder(cfg.algo)(LearningParams.from_config(cfg)).nodes, BATCH_KEYS)
+        obs_space, action_space, agents_per_env = probe_spaces(cfg, self.registry, self.seed)
         resume_from = None
         if cfg.restart_behavior == "resume" or resume:
             resume_from = checkpoint.latest_checkpoint(checkpoint.checkpoint_dir(self.experiment.path))
@@ -221,21 +189,14 @@ class Runner(Component):
             self._fail("runner", "a rollout worker died and --env_fault_policy=restart could not restart: the "
                                  "learner did not save a checkpoint on the way down")
             return False
-        for table in (self.send_signals_to, self.receiver_queues, self.receiver_refcount):
-            table.clear()  # connections to the old components
-        self._drain_own_queue()  # reports or errors the old components sent while stopping
-        self.stopping = self.loop.should_terminate = False
+        Routing.forget_all(self)  # connections to the old components
+        Routing.drain(self.loop)  # reports or errors the old components sent while stopping
+        Routing.rearm(self.loop)
+        self.stopping = False
         self.dead_since.clear()
         self._build(resume=True, start_method="spawn")  # this process now runs threads: do not fork it
         self._start_components()
         return True
-
-    def _drain_own_queue(self) -> None:
-        while True:
-            try:
-                self.loop.signal_queue.get_many(block=False)
-            except Empty:
-                return
 
     def _on_os_signal(self, signum, _frame) -> None:
         if self.exit_code is None:
@@ -244,7 +205,7 @@ class Runner(Component):
 
     # ---------------------------------------------------------------- slots
     @guarded
-    def on_report(self, report: dict) -> None:
+    def on_report(self, report: Report) -> None:
         self.stats.add(report)
 
     @guarded
@@ -315,8 +276,9 @@ class Runner(Component):
                 else:
                     self._fail(proc.name, message)
                 return
-        if self.topology.heartbeats is not None:
-            for name, silent, activity in self.topology.heartbeats.stalled(self.cfg.heartbeat_timeout, now):
+        heartbeats = self.topology.control.heartbeats if self.topology.control is not None else None
+        if heartbeats is not None:
+            for name, silent, activity in heartbeats.stalled(self.cfg.heartbeat_timeout, now):
                 limit = self.cfg.heartbeat_timeout
                 self._fail(name, f"no heartbeat for {silent:.0f}s (--heartbeat_timeout={limit:g}); "
                                  f"its last activity: {activity}")
@@ -343,7 +305,7 @@ class Runner(Component):
         is_best = len(self.stats.returns) > 0 and mean > self.best_return
         if is_best:
             self.best_return = mean
-        self._emit("save_checkpoint", self.stats.checkpoint_state(self.best_return), is_best)
+        self._emit(SAVE_CHECKPOINT, self.stats.checkpoint_state(self.best_return), is_best)
 
     def _shutdown(self) -> None:
         if self.stopping:
@@ -351,40 +313,31 @@ class Runner(Component):
         self.stopping = True
         self.saved_at_shutdown = False
         log.info(self.stats.console_line())
-        if self.topology.weights is not None:
-            self.topology.weights.stop_requested[0] = 1
-        self._forget_dead_components()
+        if self.topology.control is not None:
+            self.topology.control.request_stop()
+        # never emit into the queue of a dead process: it may have died holding the queue's lock
+        Routing.forget_receivers(self, [c.object_id for c in self.topology.dead_components()])
         self._request_checkpoint()  # queued before stop: the learner saves, then stops
-        self._emit("stop")
+        self._emit(STOP)
         self._stop_processes()
         self.loop.stop()
 
-    def _emit(self, signal_: str, *args) -> None:
+    def _emit(self, signal_: Signal, *args) -> None:
         """The runner's emits must not hang: a component killed mid-put leaves a queue locked for good
-        (see Component.emit_bounded); a receiver behind it is killed by _stop_processes instead."""
+        (see Routing.emit_bounded); a receiver behind it is killed by _stop_processes instead."""
         if self.cfg.serial_mode:  # one process: nothing can die holding a lock
-            self.emit(signal_, *args)
+            signal_.emit(self, *args)
             return
-        unreachable = self.emit_bounded(signal_, *args, timeout=EMIT_TIMEOUT_SEC)
+        unreachable = Routing.emit_bounded(self, signal_, args, timeout=EMIT_TIMEOUT_SEC)
         if unreachable:
             log.warning("could not deliver '%s' to %s: a dead process left its queue locked",
-                        signal_, ", ".join(sorted(unreachable)))
-
-    def _forget_dead_components(self) -> None:
-        """Never emit into the queue of a dead process: it may have died holding the queue's lock."""
-        # (signal-slot's disconnect() refuses objects of another process once started: edit our own
-        # routing tables instead, which is all an emit consults)
-        for component in self.topology.dead_components():
-            for receivers in self.send_signals_to.values():
-                receivers.discard(component.object_id)
-            self.receiver_queues.pop(component.object_id, None)
-            self.receiver_refcount.pop(component.object_id, None)
+                        signal_.name, ", ".join(sorted(unreachable)))
 
     def _save_after_serial_failure(self) -> None:
         """Serial mode: the loop died with the failing slot; run it once more to save and stop."""
-        self.loop.should_terminate = False
+        Routing.rearm(self.loop)
         self._request_checkpoint()
-        self.emit("stop")
+        STOP.emit(self)
         try:
             self.loop.process_events()
         except ComponentError:

@@ -20,6 +20,8 @@ from algo.observations import ObsWriter
 from sf_core.service.env_pool import EnvPool, PooledEnv
 from envs.registry import EnvContext, EnvRegistry
 from sf_core.buffers import BufferLayout, TrajectoryBuffers
+from sf_core.config import Config
+from sf_core.sample import CARRIED
 
 
 class EnvStepError(RuntimeError):
@@ -41,10 +43,7 @@ def env_action_converter(space: gym.Space) -> Callable[[np.ndarray], Any]:
 
 
 class SplitRunner:
-    # row T of a finished slot becomes row 0 of the next (see docs/architecture.md, "Carry-over")
-    CARRIED = ("obs", "actions", "log_prob", "values", "policy_version", "inactive", "rnn_states")
-
-    def __init__(self, cfg, worker: int, split: int, registry: EnvRegistry, buffers: TrajectoryBuffers,
+    def __init__(self, cfg: Config, worker: int, split: int, registry: EnvRegistry, buffers: TrajectoryBuffers,
                  layout: BufferLayout, seed: int, pool: EnvPool | None = None):
         self._args = (cfg, worker, split, registry, buffers, layout, seed, pool)
         self.pool = pool
@@ -58,14 +57,15 @@ class SplitRunner:
         self.writer = ObsWriter(self.envs[0].observation_space)  # packs Dict/Tuple observations
 
         # numpy views of shared memory: per-step writes without torch dispatch overhead
-        self.obs = buffers.obs.numpy()
-        self.actions = buffers.actions.numpy()
-        self.rewards = buffers.rewards.numpy()
-        self.dones = buffers.dones.numpy()
-        self.truncated = buffers.truncated.numpy()
-        self.inactive = buffers.inactive.numpy()
+        self.obs = buffers["obs"].numpy()
+        self.actions = buffers["actions"].numpy()
+        self.rewards = buffers["rewards"].numpy()
+        self.dones = buffers["dones"].numpy()
+        self.truncated = buffers["truncated"].numpy()
+        self.inactive = buffers["inactive"].numpy()
         self.final_obs = buffers.final_obs.numpy()[self.split_index]
-        self.carried = [getattr(buffers, key).numpy() for key in self.CARRIED]
+        # row T of a finished slot becomes row 0 of the next (sf_core/sample.py)
+        self.carried = [buffers[key].numpy() for key in CARRIED]
 
         self.free_sets = deque(range(layout.sets_per_split))
         self.faults_in_a_row = 0

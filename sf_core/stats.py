@@ -8,6 +8,8 @@ from collections import deque
 
 import numpy as np
 
+from sf_core.signals import InferenceReport, LearnerReport, Report, RolloutReport
+
 log = logging.getLogger("sf_core")
 
 
@@ -49,34 +51,38 @@ class TrainingStats:
         self.writer = writer
 
     # ---- ingest
-    def add(self, report: dict) -> None:
-        source = report["source"]
-        if source == "rollout":
-            self.frames += report["frames"]
-            if report["frames"] and self.first_frame_at is None:
-                self.first_frame_at = time.time()
-            self.seconds["env_step"] += report["env_seconds"]
-            self.env_faults += report["env_faults"]
-            if "service" in report:
-                service = report["service"]
-                self.service[report["worker"]] = service
-                self.slot_faults += service["slot_faults"]
-                self.slot_readmissions += service["readmitted"]
-                self.interrupted_episodes += service["interrupted_episodes"]
-            for ret, length, agent in report["episodes"]:
-                self.returns.append(ret)
-                self.lengths.append(length)
-                self.agent_returns.setdefault(agent, deque(maxlen=self.returns.maxlen)).append(ret)
-                self.num_episodes += 1
-        elif source == "inference":
-            self.seconds["inference"] += report["seconds"]
-            self.inference_batches += report["batches"]
-            self.inference_requests += report["requests"]
-        elif source == "learner":
-            self.samples_trained += report["samples"]
-            self.policy_version = report["version"]
-            self.seconds["learner"] += report["train_seconds"]
-            self.learner = report["stats"]
+    def add(self, report: Report) -> None:
+        if isinstance(report, RolloutReport):
+            self._add_rollout(report)
+        elif isinstance(report, InferenceReport):
+            self.seconds["inference"] += report.seconds
+            self.inference_batches += report.batches
+            self.inference_requests += report.requests
+        elif isinstance(report, LearnerReport):
+            self.samples_trained += report.samples
+            self.policy_version = report.version
+            self.seconds["learner"] += report.train_seconds
+            self.learner = report.stats
+        else:
+            raise TypeError(f"unknown report {report!r}")
+
+    def _add_rollout(self, report: RolloutReport) -> None:
+        self.frames += report.frames
+        if report.frames and self.first_frame_at is None:
+            self.first_frame_at = time.time()
+        self.seconds["env_step"] += report.env_seconds
+        self.env_faults += report.env_faults
+        if report.service is not None:
+            service = report.service
+            self.service[report.worker] = {**service.slot_counts, "waiting_envs": service.waiting_envs}
+            self.slot_faults += service.slot_faults
+            self.slot_readmissions += service.readmitted
+            self.interrupted_episodes += service.interrupted_episodes
+        for ret, length, agent in report.episodes:
+            self.returns.append(ret)
+            self.lengths.append(length)
+            self.agent_returns.setdefault(agent, deque(maxlen=self.returns.maxlen)).append(ret)
+            self.num_episodes += 1
 
     # ---- persistence across a resume
     def checkpoint_state(self, best_mean_return: float) -> dict:

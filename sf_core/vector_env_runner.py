@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sf_core.split_runner import EnvStepError, SplitRunner, env_action_converter
-
-__all__ = ["EnvStepError", "VectorEnvRunner", "env_action_converter"]
+from sf_core.split_runner import SplitRunner
 
 
 class VectorEnvRunner(SplitRunner):

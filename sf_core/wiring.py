@@ -17,14 +17,18 @@ import torch
 
 from algo.algorithms import algorithm_builder
 from algo.model import ActorCritic, ModelSpec
-from envs.registry import EnvRegistry
+from envs.multi_agent import is_multi_agent, num_agents
+from envs.registry import EnvContext, EnvRegistry
+from sf_core import signals as sig
 from sf_core.batcher import Batcher
 from sf_core.buffers import BufferLayout, DatasetBuffers, SharedWeights, TrajectoryBuffers, make_lock
-from sf_core.component import Component, ComponentProcess, use_plain_pickle
-from sf_core.heartbeat import Heartbeats
+from sf_core.component import Component, ComponentProcess, Routing
+from sf_core.config import Config, ConfigError
+from sf_core.control import ControlBlock
 from sf_core.inference_worker import InferenceWorker
 from sf_core.learner import Learner
 from sf_core.rollout_worker import RolloutWorker
+from sf_core.sample import SampleSpaces
 from signal_slot.signal_slot import EventLoop
 
 log = logging.getLogger("sf_core")
@@ -34,7 +38,7 @@ log = logging.getLogger("sf_core")
 class Topology:
     components: list[Component] = field(default_factory=list)
     processes: list[ComponentProcess] = field(default_factory=list)
-    heartbeats: Heartbeats | None = None
+    control: ControlBlock | None = None
     learner: Learner | None = None
     weights: SharedWeights | None = None
     host: dict[str, ComponentProcess] = field(default_factory=dict)  # component name -> its process (async)
@@ -53,17 +57,17 @@ def start_method(requested: str, device: str) -> str:
     return "spawn"
 
 
-def component_names(cfg) -> list[str]:
+def component_names(cfg: Config) -> list[str]:
     return ([f"inference_worker_{i}" for i in range(cfg.policy_workers_per_policy)]
             + [f"rollout_worker_{w}" for w in range(cfg.num_workers)] + ["learner", "batcher"])
 
 
-def build_components(cfg, runner: Component, registry: EnvRegistry, obs_space: gym.Space, action_space: gym.Space,
+def build_components(cfg: Config, runner: Component, registry: EnvRegistry, obs_space: gym.Space, action_space: gym.Space,
                 model: ActorCritic, version: int, device: str, seed: int, checkpoint_dir: str,
                 resume_from: str | None, agents_per_env: int = 1) -> Topology:
     ctx = multiprocessing.get_context(start_method(cfg.mp_start_method, device))
     layout = BufferLayout.from_config(cfg, agents_per_env)
-    buffers = TrajectoryBuffers(layout, obs_space, action_space, model.rnn_state_size)
+    buffers = TrajectoryBuffers(layout, SampleSpaces(obs_space, action_space, model.rnn_state_size))
     datasets = DatasetBuffers(buffers, cfg.dataset_size() // cfg.rollout)
     weights = SharedWeights(model, make_lock(cfg.serial_mode, ctx))
     weights.version[0] = version
@@ -72,8 +76,8 @@ def build_components(cfg, runner: Component, registry: EnvRegistry, obs_space: g
              layout.rows_per_split)
 
     topology = Topology()
-    topology.heartbeats = None if cfg.serial_mode else Heartbeats(component_names(cfg))
-    hb = topology.heartbeats
+    topology.control = ControlBlock(None if cfg.serial_mode else component_names(cfg))
+    control = topology.control
 
     def host(name: str) -> tuple[EventLoop, ComponentProcess | None]:
         if cfg.serial_mode:
@@ -87,20 +91,20 @@ def build_components(cfg, runner: Component, registry: EnvRegistry, obs_space: g
     for i in range(cfg.policy_workers_per_policy):
         loop, proc = host(f"inference_worker_{i}")
         inference.append(InferenceWorker(loop, i, cfg, buffers, weights, layout, obs_space, action_space, model.spec,
-                                         device, seed, hb))
+                                         device, seed, control))
         if proc:
             proc.reporter = inference[-1]
     workers = []
     for w in range(cfg.num_workers):
         loop, proc = host(f"rollout_worker_{w}")
-        workers.append(RolloutWorker(loop, w, cfg, registry, buffers, layout, seed, hb))
+        workers.append(RolloutWorker(loop, w, cfg, registry, buffers, layout, seed, control))
         if proc:
             proc.reporter = workers[-1]
     loop, proc = host("learner")
     learner = Learner(loop, cfg, datasets, weights, obs_space, action_space, model.spec, device, seed, checkpoint_dir,
-                      resume_from, algorithm_builder(cfg.algo), hb)
-    batcher_loop = runner.event_loop if cfg.serial_mode else use_plain_pickle(EventLoop("batcher_loop"))
-    batcher = Batcher(batcher_loop, cfg, buffers, datasets, layout, hb)
+                      resume_from, algorithm_builder(cfg.algo), control)
+    batcher_loop = runner.event_loop if cfg.serial_mode else Routing.use_plain_pickle(EventLoop("batcher_loop"))
+    batcher = Batcher(batcher_loop, cfg, buffers, datasets, layout, control)
     if proc:
         proc.reporter = learner
         proc.threads.append((batcher_loop, batcher))
@@ -113,26 +117,58 @@ def build_components(cfg, runner: Component, registry: EnvRegistry, obs_space: g
     return topology
 
 
-def _connect(runner, components, workers, inference, learner, batcher) -> None:
+def _connect(runner: Component, components: list[Component], workers: list[RolloutWorker],
+             inference: list[InferenceWorker], learner: Learner, batcher: Batcher) -> None:
     for i in inference:
-        i.connect("flush_requests", i.flush_requests)
+        sig.FLUSH_REQUESTS.connect(i, i.flush_requests)
     for w, worker in enumerate(workers):
         server = inference[w % len(inference)]
-        worker.connect("policy_request", server.policy_request)
-        server.connect(f"advance_{w}", worker.advance)
-        worker.connect("new_trajectories", batcher.new_trajectories)
-        batcher.connect(f"slots_freed_{w}", worker.slots_freed)
-    batcher.connect("batch_ready", learner.batch_ready)
-    learner.connect("batch_consumed", batcher.batch_consumed)
-    learner.connect("checkpoint_saved", runner.on_checkpoint_saved)
-    runner.connect("save_checkpoint", learner.save_checkpoint)
+        sig.POLICY_REQUEST.connect(worker, server.policy_request)
+        sig.ADVANCE.connect_to(server, w, worker.advance)
+        sig.NEW_TRAJECTORIES.connect(worker, batcher.new_trajectories)
+        sig.SLOTS_FREED.connect_to(batcher, w, worker.slots_freed)
+    sig.BATCH_READY.connect(batcher, learner.batch_ready)
+    sig.BATCH_CONSUMED.connect(learner, batcher.batch_consumed)
+    sig.CHECKPOINT_SAVED.connect(learner, runner.on_checkpoint_saved)
+    sig.SAVE_CHECKPOINT.connect(runner, learner.save_checkpoint)
     for component in components:
-        component.connect("report", runner.on_report)
-        component.connect("component_error", runner.on_component_error)
-        runner.connect("stop", component.stop)
+        sig.REPORT.connect(component, runner.on_report)
+        sig.COMPONENT_ERROR.connect(component, runner.on_component_error)
+        sig.STOP.connect(runner, component.stop)
 
 
-def initial_model(cfg, obs_space: gym.Space, action_space: gym.Space, seed: int,
+def probe_spaces(cfg: Config, registry: EnvRegistry, seed: int) -> tuple[gym.Space, gym.Space, int]:
+    """The env's (per-agent) spaces and its number of agents, from one instance made here."""
+    if cfg.env_service:
+        return _probe_service_spaces(cfg)
+    env = registry.make(cfg.env, cfg, EnvContext(worker_index=-1, env_index=-1, seed=seed))
+    try:
+        agents = num_agents(env)
+        if is_multi_agent(env) and cfg.batched_sampling:
+            raise ConfigError(f"env {cfg.env!r} is a multi-agent env ({agents} agents): it needs "
+                              f"--batched_sampling=False (batched sampling steps single-agent envs only)")
+        return env.observation_space, env.action_space, agents
+    finally:
+        env.close()
+
+
+def _probe_service_spaces(cfg: Config) -> tuple[gym.Space, gym.Space, int]:
+    """--env_service: every server must answer, serve --env with the capacity the flag lists; the
+    spaces come from their description (the trainer does not need the env's code)."""
+    from sf_core.service.endpoints import ServiceConfigError, check_training_endpoints, parse_service
+    from sf_core.service.protocol import space_from_json
+    from sf_core.service.remote_env import close_context
+
+    try:
+        d = check_training_endpoints(parse_service(cfg.env_service), cfg.env, cfg.env_service_timeout)
+    except ServiceConfigError as exc:
+        raise ConfigError(f"--env_service: {exc}") from None
+    finally:
+        close_context()  # no ZeroMQ I/O threads in a process about to fork the workers
+    return space_from_json(d["observation_space"]), space_from_json(d["action_space"]), 1
+
+
+def initial_model(cfg: Config, obs_space: gym.Space, action_space: gym.Space, seed: int,
                   state: dict | None) -> ActorCritic:
     torch.manual_seed(seed)
     model = ActorCritic(obs_space, action_space, ModelSpec.from_config(cfg))

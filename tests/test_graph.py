@@ -7,9 +7,10 @@ import sys
 import pytest
 import torch
 
-from algo.algorithms import BATCH_KEYS, algorithm_builder, known_algorithms
+from algo.algorithms import algorithm_builder, known_algorithms
+from algo.params import LearningParams
 from algo.graph import Context, GraphError, GraphExecutor, ModelSlot, Node, build_graph
-from sf_core.config import Config
+from sf_core.sample import BATCH_KEYS
 from tests.conftest import REPO
 
 
@@ -84,8 +85,8 @@ def test_independent_nodes_run_concurrently_with_same_results():
 @pytest.mark.parametrize("algo", ["APPO", "PPO", "REINFORCE"])
 def test_builtin_algorithms_are_valid_graphs(algo):
     for vtrace, recompute in ((False, False), (False, True), (True, False)):
-        cfg = Config(env="x", algo=algo, with_vtrace=vtrace, recompute_values=recompute)
-        g = build_graph(algorithm_builder(algo)(cfg).nodes, BATCH_KEYS)
+        params = LearningParams(with_vtrace=vtrace, recompute_values=recompute)
+        g = build_graph(algorithm_builder(algo)(params).nodes, BATCH_KEYS)
         kinds = {g.nodes[n]["node"].kind for n in g}
         # the current model is called for values exactly when asked or when V-trace needs it
         uses_vtrace = vtrace and algo == "APPO"

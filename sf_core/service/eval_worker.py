@@ -56,7 +56,7 @@ def make_policy(spec: dict, spaces: dict[str, tuple]) -> Callable[[str], Policy]
     from algo.model import ActorCritic, ModelSpec
     from sf_core import checkpoint
     from sf_core.experiment import load_config
-    from sf_core.vector_env_runner import env_action_converter
+    from sf_core.split_runner import env_action_converter
 
     torch.set_num_threads(1)
     cfg = load_config(spec["path"])

@@ -1,4 +1,10 @@
-"""Heartbeats in shared memory: each component stamps (time, activity) as it works.
+"""The control block: shared memory the runner and the components read without any signal.
+
+- Heartbeats: each component stamps (time, activity) as it works.
+- The stop flag: set by the runner when it stops, before it emits `stop`; the learner then skips the
+  datasets queued behind the stop and saves its checkpoint right away.
+
+On heartbeats:
 
 A component stuck inside a slot (an env that never returns, a deadlocked library) cannot send a
 message, but the stamp it wrote before starting the activity stays readable: the runner names the
@@ -48,3 +54,17 @@ class Heartbeats:
             if silent > limit and activity != "stopped":
                 found.append((name, silent, activity))
         return found
+
+
+class ControlBlock:
+    """Heartbeats (async mode only: in serial mode the runner's own loop is the only one) and the stop flag."""
+
+    def __init__(self, heartbeat_names: list[str] | None):
+        self.heartbeats = Heartbeats(heartbeat_names) if heartbeat_names is not None else None
+        self._stop = torch.zeros(1, dtype=torch.int64).share_memory_()
+
+    def request_stop(self) -> None:
+        self._stop[0] = 1
+
+    def stop_requested(self) -> bool:
+        return bool(self._stop.numpy()[0])

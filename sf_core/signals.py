@@ -1,0 +1,192 @@
+"""Every signal between components: its name, who emits it, who receives it, and its payload.
+
+Read top to bottom, this module is the data flow of a training run. Components never call each other:
+they emit these signals, and `sf_core/wiring.py` connects them to slots (methods of the same name on
+the receiver). Payloads are small (indices, versions, reports); the data they point at lives in shared
+memory: trajectories in `sf_core/buffers.py` (fields in `sf_core/sample.py`), weights in
+`SharedWeights` (a version counter, read by inference workers without any signal), the stop flag and
+heartbeats in `sf_core/control.py`.
+
+Each payload is declared once, as the signature of a stub function. `Signal[P]` takes its parameters
+from that stub, so a type checker matches every `emit` and every connected slot against it, and
+`docs/architecture.md`'s signal table is generated from here (`scripts/gen_docs.py`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generic, ParamSpec
+
+P = ParamSpec("P")
+
+
+class Signal(Generic[P]):
+    def __init__(self, name: str, payload: Callable[P, None], sender: str, receiver: str):
+        self.name, self.payload, self.sender, self.receiver = name, payload, sender, receiver
+        self.meaning = inspect.getdoc(payload) or ""
+
+    def emit(self, sender: Any, *args: P.args, **kwargs: P.kwargs) -> None:
+        sender.emit(self.name, *args)  # signal-slot-mp delivers positional arguments only
+
+    def connect(self, sender: Any, slot: Callable[P, None]) -> None:
+        sender.connect(self.name, slot)
+
+    def parameters(self) -> list[str]:
+        return list(inspect.signature(self.payload).parameters)
+
+
+class RoutedSignal(Signal[P]):
+    """A signal with one name per receiver (a rollout worker's index): a signal reaches every connected
+    slot, and only rollout worker w may act on what is meant for it."""
+
+    def route(self, index: int) -> str:
+        return f"{self.name}_{index}"
+
+    def emit_to(self, sender: Any, index: int, *args: P.args, **kwargs: P.kwargs) -> None:
+        sender.emit(self.route(index), *args)
+
+    def connect_to(self, sender: Any, index: int, slot: Callable[P, None]) -> None:
+        sender.connect(self.route(index), slot)
+
+
+# ------------------------------------------------------------------------------- payload types
+
+Episode = tuple[float, int, int]  # (return, length, agent index within its env)
+
+
+@dataclass
+class ServiceReport:
+    """--env_service: a rollout worker's slots right now, and its slot events since its last report."""
+
+    slot_counts: dict[str, int]  # slots by state: idle (spare), busy, error, stopped
+    slot_faults: int
+    interrupted_episodes: int
+    readmitted: int
+    waiting_envs: int
+
+
+@dataclass
+class RolloutReport:
+    worker: int
+    frames: int  # env frames since the last report (agent steps × frameskip)
+    episodes: list[Episode]
+    env_seconds: float
+    env_faults: int
+    service: ServiceReport | None = None
+
+
+@dataclass
+class InferenceReport:
+    index: int
+    requests: int
+    batches: int
+    seconds: float
+
+
+@dataclass
+class LearnerReport:
+    version: int
+    samples: int
+    train_seconds: float
+    stats: dict[str, float] = field(default_factory=dict)  # the graph's *_stats outputs, and the learning rate
+
+
+Report = RolloutReport | InferenceReport | LearnerReport
+
+
+# ------------------------------------------------------------------------------- the data flow, in order
+# (hot-path payloads are plain ints and lists: an enum member or a dataclass costs microseconds more to
+# pickle per message, and the policy request is sent once per split step)
+
+def _policy_request(worker: int, split: int, slot: int, row: int, origin: int, has_truncation: bool) -> None:
+    """A split's observations are in `row` of `slot`: act on them. `origin` is why, a `RowOrigin` (the
+    row-0 rule, sf_core/sample.py); `has_truncation`: an env of the split was cut by a time limit on the
+    previous row."""
+
+
+POLICY_REQUEST = Signal("policy_request", _policy_request, "rollout worker", "inference worker")
+
+
+def _flush_requests() -> None:
+    """Emitted by an inference worker to itself: it queues behind every request already sent, so one
+    forward pass serves all of them (batching without polling)."""
+
+
+FLUSH_REQUESTS = Signal("flush_requests", _flush_requests, "inference worker", "the same inference worker")
+
+
+def _advance(splits: list[int]) -> None:
+    """Actions, log-probs, values and the policy version are in the buffers for these splits' rows:
+    step them."""
+
+
+ADVANCE = RoutedSignal("advance", _advance, "inference worker", "rollout worker w")
+
+
+def _new_trajectories(slot: int) -> None:
+    """Every row of `slot` holds a finished trajectory."""
+
+
+NEW_TRAJECTORIES = Signal("new_trajectories", _new_trajectories, "rollout worker", "batcher")
+
+
+def _batch_ready(index: int) -> None:
+    """Dataset buffer `index` holds a full dataset."""
+
+
+BATCH_READY = Signal("batch_ready", _batch_ready, "batcher", "learner")
+
+
+def _batch_consumed(index: int) -> None:
+    """The learner trained on dataset `index` and published the new weights: the buffer is free."""
+
+
+BATCH_CONSUMED = Signal("batch_consumed", _batch_consumed, "learner", "batcher")
+
+
+def _slots_freed(slots: list[int]) -> None:
+    """Every trajectory of these slots was copied into a dataset (and, without --async_rl, trained on):
+    the rollout worker may fill them again."""
+
+
+SLOTS_FREED = RoutedSignal("slots_freed", _slots_freed, "batcher", "rollout worker w")
+
+
+def _save_checkpoint(runner_state: dict, is_best: bool) -> None:
+    """Save a checkpoint now, with the runner's counters in it (periodically and at every stop)."""
+
+
+SAVE_CHECKPOINT = Signal("save_checkpoint", _save_checkpoint, "runner", "learner")
+
+
+def _checkpoint_saved(path: str) -> None:
+    """A checkpoint was written (atomically) to `path`."""
+
+
+CHECKPOINT_SAVED = Signal("checkpoint_saved", _checkpoint_saved, "learner", "runner")
+
+
+def _report(report: Report) -> None:
+    """Frames, episodes, timings and losses since the component's previous report."""
+
+
+REPORT = Signal("report", _report, "every component", "runner")
+
+
+def _component_error(component: str, details: str) -> None:
+    """`component` failed with this traceback: the runner stops training with it."""
+
+
+COMPONENT_ERROR = Signal("component_error", _component_error, "every component", "runner")
+
+
+def _stop() -> None:
+    """Stop: close envs, end the event loop (the learner saves first: save_checkpoint is queued before)."""
+
+
+STOP = Signal("stop", _stop, "runner", "every component")
+
+
+ALL: tuple[Signal, ...] = (POLICY_REQUEST, FLUSH_REQUESTS, ADVANCE, NEW_TRAJECTORIES, BATCH_READY, BATCH_CONSUMED,
+                           SLOTS_FREED, SAVE_CHECKPOINT, CHECKPOINT_SAVED, REPORT, COMPONENT_ERROR, STOP)
