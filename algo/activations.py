@@ -1,14 +1,12 @@
 """The nonlinearities `--nonlinearity` picks from.
 
-ELU is our own: torch's CPU kernel computes expm1 element by element and, on the development machine,
-takes 4.5× as long as a ReLU over the same [1024, 512] activations (671 vs 150 µs); in the 512×512
-MLP learner of docs/performance.md the ELU forward and backward passes were 16 % of an SGD step.
-Written as exp(min(x, 0)) - 1 with vectorized ops (exp is as cheap as a ReLU), and with a backward
-pass from the output (d elu / dx = y + 1 where x <= 0), it is 1.4× faster forward and 1.3×
-backward. exp(x) - 1 differs from expm1 by at most ~6e-8 near zero, far below what training notices.
-Below 8,192 elements (a 64-env inference batch of a 64-wide layer is 4,096) the fixed cost of four
-ops loses to torch's one (7.5 vs 5.9 µs at [64, 64], the snippet in docs/performance.md), and on other devices
-torch's kernel is fused anyway: both use torch's own.
+ELU is our own on the CPU: torch's CPU kernel computes expm1 element by element, several times the
+cost of a ReLU, and ELU was a visible share of the 512×512 MLP's SGD step. Written as
+exp(min(x, 0)) - 1 with vectorized ops (exp is as cheap as a ReLU) and with a backward pass from the
+output (d elu / dx = y + 1 where x <= 0), it is faster both ways (docs/performance.md, "ELU").
+exp(x) - 1 differs from expm1 by at most ~6e-8 near zero, far below what training notices. Below
+8,192 elements (a 64-env inference batch of a 64-wide layer is 4,096) the fixed cost of four ops
+loses to torch's one, and on other devices torch's kernel is fused anyway: both use torch's own.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from sf_core.config import Config, default
 def autocast(device, mixed_precision: bool):
     """bfloat16 autocast for model calls when --mixed_precision (a no-op context otherwise); callers
     convert what comes out back with .float() before losses and sampling."""
-    if not mixed_precision:  # a disabled torch.autocast still costs several µs per use, on every inference call
+    if not mixed_precision:  # a disabled torch.autocast still costs time per use, on every inference call
         return contextlib.nullcontext()
     device_type = "cuda" if str(device).startswith("cuda") else "cpu"
     return torch.autocast(device_type, dtype=torch.bfloat16)
@@ -61,9 +61,8 @@ def has_fast_bfloat16(device) -> bool:
 def store_weights_in_bfloat16(model: nn.Module) -> None:
     """For a model that only runs under `autocast`: keep the weights of the layers autocast computes
     in bfloat16 (linear, conv) in bfloat16, so they are converted once per weight update, not on
-    every forward call (with the Nature CNN, py-spy put 31 % of the inference worker's time in the
-    linear layers while autocast converted their 1.6M weights per call). Other layers (RNN cores,
-    normalisers) keep their dtype."""
+    every forward call (autocast converting the Nature CNN's weights per call dominated the inference
+    worker's profile: docs/performance.md). Other layers (RNN cores, normalisers) keep their dtype."""
     for module in model.modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)):
             module.to(torch.bfloat16)
@@ -204,10 +203,9 @@ class ActorCritic(nn.Module):
     def _shared_heads(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Policy and value linears of one feature tensor as one matrix product. Two heads on the same
         features cost two thin GEMMs forward and backward plus a sum of their [batch, features]
-        gradients: ~1.1 ms of a 16 ms SGD step of the 512×512 MLP in torch.profiler, against ~0.6 ms
-        for the one GEMM (the end-to-end figures are in docs/performance.md). Only for training:
-        in inference there is no backward pass to save, and concatenating the weights per call gains
-        nothing (17.5 vs 17.3 µs for the heads of a 64-env batch, docs/performance.md)."""
+        gradients; one GEMM costs about half of that (docs/performance.md). Only for training: in
+        inference there is no backward pass to save, and concatenating the weights per call gains
+        nothing."""
         policy = self._policy_linear()
         weight = torch.cat([policy.weight, self.value_head.weight])
         bias = torch.cat([policy.bias, self.value_head.bias])

@@ -2,8 +2,8 @@
 
 Both are a discounted sum with a per-step discount, y_t = x_t + c_t · y_{t+1}, computed by one
 backward pass over time, vectorised over the batch. (An earlier version had no loop over time: it
-weighted x by a masked [T, T, B] matrix of discount products. That costs O(T²) and was 5× slower at
-T = 32, B = 64 and 30× at T = 128 on one CPU core, measured in docs/performance.md.)
+weighted x by a masked [T, T, B] matrix of discount products, O(T²) work and much slower for long
+rollouts: docs/performance.md.)
 All tensors are time-major: [T, B] (values carry T+1 rows, the last one being the bootstrap value
 after the final step).
 """

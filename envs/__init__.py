@@ -1,6 +1,12 @@
 """Environment registry and integrations."""
 
 import envs.memory  # noqa: F401  (registers sf_core/MemoryCue-v0 with gymnasium)
-from envs.registry import EnvContext, EnvRegistry, make_env, register_env, registry_snapshot
+from envs.registry import (
+    EnvContext,
+    EnvRegistry,
+    make_env,
+    register_env,
+    registry_snapshot,
+)
 
 __all__ = ["EnvContext", "EnvRegistry", "make_env", "register_env", "registry_snapshot"]

@@ -34,10 +34,13 @@ v4-style emulator; register it with `functools.partial` under a name of your own
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
+
+if TYPE_CHECKING:
+    from sf_core.config import Config
 
 ATARI_PREFIX = "atari_"
 ALE_PREFIX = "ALE/"
@@ -45,10 +48,6 @@ INSTALL_HINT = "pip install -e '.[atari]'"
 
 # Sample Factory's atari_* names whose game part is not the ALE name with its capitals dropped
 ALIASES = {"montezuma": "montezumarevenge", "asteroid": "asteroids", "kongfumaster": "kungfumaster"}
-
-
-def is_atari_name(name: str) -> bool:
-    return name.startswith(ATARI_PREFIX) or name.startswith(ALE_PREFIX)
 
 
 def _import_ale():
@@ -266,7 +265,7 @@ class AtariPreprocessing(gym.Wrapper):
         return self._push_frame(), reward, terminal, truncated, info
 
 
-def make_atari_env(name: str, cfg: Any = None, ctx: Any = None, repeat_action_probability: float | None = None,
+def make_atari_env(name: str, cfg: Config | None = None, ctx: Any = None, repeat_action_probability: float | None = None,
                    **wrapper_kwargs: Any) -> gym.Env:
     """The env factory for `atari_*` names and `ALE/...` ids (signature of `register_env` factories).
 

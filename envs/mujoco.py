@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
+
+if TYPE_CHECKING:
+    from sf_core.config import Config
 
 # the v5 locomotion envs whose XML has a body-tracking camera named "track"
 TRACKING = re.compile(r"(HalfCheetah|Hopper|Walker2d|Ant|Humanoid|HumanoidStandup|Swimmer)-v5")
@@ -26,7 +29,7 @@ def is_mujoco_name(name: str) -> bool:
     return TRACKING.fullmatch(name) is not None
 
 
-def make_mujoco_env(name: str, cfg: Any = None, ctx: Any = None) -> gym.Env:
+def make_mujoco_env(name: str, cfg: Config | None = None, ctx: Any = None) -> gym.Env:
     """The factory for the v5 locomotion ids (signature of `register_env` factories)."""
     render_mode = getattr(ctx, "render_mode", None)
     if not render_mode:

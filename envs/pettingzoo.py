@@ -22,12 +22,15 @@ space and one action space into the contract of envs/multi_agent.py:
 from __future__ import annotations
 
 import importlib
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import gymnasium as gym
 import numpy as np
 
 from envs.multi_agent import MultiAgentEnv
+
+if TYPE_CHECKING:
+    from sf_core.config import Config
 
 PREFIX = "pettingzoo:"
 
@@ -103,7 +106,7 @@ def _same_space(space_of, agents: list[str], kind: str) -> gym.Space:
     return spaces[0]
 
 
-def make_pettingzoo_env(name: str, cfg: Any, ctx: Any) -> PettingZooParallelEnv:
+def make_pettingzoo_env(name: str, cfg: Config, ctx: Any) -> PettingZooParallelEnv:
     """`pettingzoo:<module>`: the module's `parallel_env()`, rendering as the context asks."""
     module_name = name[len(PREFIX):]
     try:

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import gymnasium as gym
 
 from envs.mujoco import is_mujoco_name, make_mujoco_env
+
+if TYPE_CHECKING:
+    from sf_core.config import Config
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class EnvRegistry:
             raise TypeError(f"register_env({name!r}, ...): factory must be callable, got {type(factory)}")
         self.factories[name] = factory
 
-    def make(self, name: str, cfg: Any, ctx: EnvContext) -> gym.Env:
+    def make(self, name: str, cfg: Config, ctx: EnvContext) -> gym.Env:
         if name in self.factories:
             env = self.factories[name](name, cfg, ctx)
             if not isinstance(env, gym.Env):
@@ -88,7 +91,7 @@ class EnvRegistry:
                 ) from None
 
 
-def _make_atari(name: str, cfg: Any, ctx: EnvContext) -> gym.Env:
+def _make_atari(name: str, cfg: Config, ctx: EnvContext) -> gym.Env:
     """`atari_*` names and `ALE/...` ids: the Atari integration (envs/atari.py, needs ale-py)."""
     try:
         import ale_py  # noqa: F401
@@ -104,7 +107,7 @@ def _make_atari(name: str, cfg: Any, ctx: EnvContext) -> gym.Env:
         raise EnvNotFoundError(str(exc)) from None
 
 
-def _make_pettingzoo(name: str, cfg: Any, ctx: EnvContext) -> gym.Env:
+def _make_pettingzoo(name: str, cfg: Config, ctx: EnvContext) -> gym.Env:
     """`pettingzoo:<module>`: that module's parallel env, adapted by envs/pettingzoo.py."""
     from envs.pettingzoo import make_pettingzoo_env
 
@@ -130,5 +133,5 @@ def registry_snapshot(only: str | None = None) -> EnvRegistry:
     return EnvRegistry({only: _REGISTRY.factories[only]} if only in _REGISTRY.factories else {})
 
 
-def make_env(name: str, cfg: Any, ctx: EnvContext, registry: EnvRegistry | None = None) -> gym.Env:
+def make_env(name: str, cfg: Config, ctx: EnvContext, registry: EnvRegistry | None = None) -> gym.Env:
     return (registry or _REGISTRY).make(name, cfg, ctx)

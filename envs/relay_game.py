@@ -17,12 +17,15 @@ It follows the multi-agent contract of envs/multi_agent.py (auto-reset, per-agen
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import gymnasium as gym
 import numpy as np
 
 from envs.multi_agent import MultiAgentEnv
+
+if TYPE_CHECKING:
+    from sf_core.config import Config
 
 CELL = 16
 
@@ -85,6 +88,6 @@ class RelayGame(MultiAgentEnv):
         return frame
 
 
-def make_relay_game(name: str, cfg: Any, ctx: Any) -> RelayGame:
+def make_relay_game(name: str, cfg: Config, ctx: Any) -> RelayGame:
     """Factory for `register_env`: `register_env("RelayGame-v0", make_relay_game)`."""
     return RelayGame(render_mode=ctx.render_mode)

@@ -24,6 +24,7 @@ import gymnasium as gym
 import zmq
 
 from envs.registry import EnvContext, EnvRegistry, registry_snapshot
+from sf_core.config import Config
 from sf_core.service.protocol import (
     COMMANDS,
     PROTOCOL_VERSION,
@@ -48,12 +49,10 @@ class EnvServer:
     """C env instances behind one ROUTER socket. `serve()` runs until `stop()` (or a signal)."""
 
     def __init__(self, env: str, capacity: int, host: str = "127.0.0.1", port: int = 0, seed: int = 0,
-                 registry: EnvRegistry | None = None, cfg: Any = None, max_bytes: int | None = None,
+                 registry: EnvRegistry | None = None, cfg: Config | None = None, max_bytes: int | None = None,
                  parallel: bool = False):
         if capacity < 1:
             raise ValueError(f"--capacity must be at least 1, got {capacity}")
-        from sf_core.config import Config
-
         self.env_name, self.capacity, self.seed = env, capacity, seed
         self.registry = registry or registry_snapshot()
         self.cfg = cfg or Config(env=env)
