@@ -30,10 +30,18 @@ class Signal(Generic[P]):
         sender.emit(self.name, *args)  # signal-slot-mp delivers positional arguments only
 
     def connect(self, sender: Any, slot: Callable[P, None]) -> None:
+        self.check_slot(slot)
         sender.connect(self.name, slot)
 
     def parameters(self) -> list[str]:
         return list(inspect.signature(self.payload).parameters)
+
+    def check_slot(self, slot: Callable) -> None:
+        """A slot takes the payload's parameters, by name, in order (checked once, when wiring)."""
+        params = list(inspect.signature(slot).parameters)
+        if params != self.parameters():
+            raise TypeError(f"slot {getattr(slot, '__qualname__', slot)}({', '.join(params)}) cannot receive "
+                            f"signal {self.name!r}, whose payload is ({', '.join(self.parameters())})")
 
 
 class RoutedSignal(Signal[P]):
@@ -47,6 +55,7 @@ class RoutedSignal(Signal[P]):
         sender.emit(self.route(index), *args)
 
     def connect_to(self, sender: Any, index: int, slot: Callable[P, None]) -> None:
+        self.check_slot(slot)
         sender.connect(self.route(index), slot)
 
 

@@ -1,4 +1,4 @@
-"""docs/flags.md is generated from the flag schema: it must match the generator and name every flag."""
+"""Generated docs (flags.md; architecture.md's signal and sample tables) must match what the code says."""
 
 import dataclasses
 import importlib.util
@@ -11,7 +11,7 @@ FLAGS_MD = os.path.join(REPO, "docs", "flags.md")
 
 
 def load_generator():
-    spec = importlib.util.spec_from_file_location("gen_flags_doc", os.path.join(REPO, "scripts", "gen_flags_doc.py"))
+    spec = importlib.util.spec_from_file_location("gen_docs", os.path.join(REPO, "scripts", "gen_docs.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -24,8 +24,16 @@ def read_flags_md() -> str:
 
 def test_flags_doc_is_up_to_date():
     assert read_flags_md() == load_generator().render(), (
-        "docs/flags.md is out of date: run `python scripts/gen_flags_doc.py`"
+        "docs/flags.md is out of date: run `python scripts/gen_docs.py`"
     )
+
+
+def test_architecture_tables_match_signals_and_sample_schema():
+    generator = load_generator()
+    with open(generator.ARCHITECTURE, encoding="utf-8") as f:
+        current = f.read()
+    assert current == generator.render_architecture(current), (
+        "docs/architecture.md's signal or sample table is out of date: run `python scripts/gen_docs.py`")
 
 
 def test_every_flag_is_documented():

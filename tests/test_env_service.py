@@ -225,6 +225,8 @@ def test_failed_slot_drops_the_unfinished_trajectory_and_the_split_waits_for_a_s
     the dead slot; it continues on its spare slot. With every slot dead it waits (parked) and reports it,
     and continues once a server is back."""
     from envs.registry import EnvRegistry
+    from sf_core.sample import SampleSpaces
+    from sf_core.signals import NEW_TRAJECTORIES, REPORT
     from sf_core.buffers import BufferLayout, TrajectoryBuffers
     from sf_core.rollout_worker import RolloutWorker
     from signal_slot.signal_slot import EventLoop
@@ -240,15 +242,15 @@ def test_failed_slot_drops_the_unfinished_trajectory_and_the_split_waits_for_a_s
         assert cfg.num_envs_per_worker == 1 and cfg.worker_num_splits == 1
         obs_space = gym.spaces.Box(-np.inf, np.inf, (5,), np.float32)
         layout = BufferLayout.from_config(cfg)
-        buffers = TrajectoryBuffers(layout, obs_space, gym.spaces.Discrete(2))
+        buffers = TrajectoryBuffers(layout, SampleSpaces(obs_space, gym.spaces.Discrete(2)))
         worker = RolloutWorker(EventLoop("test_loop", serial_mode=True), 0, cfg, EnvRegistry(), buffers, layout, 0)
         sent, reports = [], []
 
         def emit(name, *args):
-            if name == "new_trajectories":  # what the batcher would copy for the learner: the slot's tags
-                sent.append(set(buffers.obs[args[0], :, 0, 4].tolist()))
+            if name == NEW_TRAJECTORIES.name:  # what the batcher would copy for the learner: the slot's tags
+                sent.append(set(buffers["obs"][args[0], :, 0, 4].tolist()))
                 worker.slots_freed([args[0]])
-            elif name == "report":
+            elif name == REPORT.name:
                 reports.append(args[0])
 
         worker.emit = emit
@@ -269,21 +271,21 @@ def test_failed_slot_drops_the_unfinished_trajectory_and_the_split_waits_for_a_s
         step_until(2)
         assert sent[2:] == [{2.0}, {2.0}], "a trajectory mixed rows of the dead slot into the learner's data"
         worker.send_report()
-        service = reports[-1]["service"]
-        assert service["slot_faults"] == 1 and service["interrupted_episodes"] == 1 and service["error"] == 1
+        service = reports[-1].service
+        assert service.slot_faults == 1 and service.interrupted_episodes == 1 and service.slot_counts["error"] == 1
 
         b.kill()  # now every slot of this worker is down: the split waits, reduced capacity is reported
         worker.advance([0])
         assert worker.parked
         worker.retry_parked()
         worker.send_report()
-        assert reports[-1]["service"]["waiting_envs"] == 1 and reports[-1]["service"]["error"] == 2
+        assert reports[-1].service.waiting_envs == 1 and reports[-1].service.slot_counts["error"] == 2
         a.start()  # back on its port: the pool re-admits a#0 and the split runs again
         wait_for(lambda: worker.retry_parked() or not worker.parked, 15, "the split to get its slot back")
         step_until(1)
         assert sent[-1] == {1.0}
         worker.send_report()
-        assert reports[-1]["service"]["waiting_envs"] == 0 and reports[-1]["service"]["readmitted"] >= 1
+        assert reports[-1].service.waiting_envs == 0 and reports[-1].service.readmitted >= 1
     finally:
         if worker is not None:
             worker.stop()

@@ -234,22 +234,27 @@ def test_emit_gives_up_on_a_queue_left_locked():
     import ctypes.util
 
     from signal_slot.signal_slot import EventLoop
-    from sf_core.component import Component, use_plain_pickle
+    from sf_core.component import Component, Routing
+    from sf_core.signals import Signal
 
+    def _ping(value: int) -> None:
+        """A test signal."""
+
+    ping = Signal("ping", _ping, "sender", "receiver")
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    receiver_loop = use_plain_pickle(EventLoop("receiver_loop"))
+    receiver_loop = Routing.use_plain_pickle(EventLoop("receiver_loop"))
     sender, receiver = Component(EventLoop("sender_loop"), "sender"), Component(receiver_loop, "receiver")
-    sender.connect("ping", receiver.stop_loop)
+    ping.connect(sender, receiver.stop_loop)
     queue = receiver_loop.signal_queue
     mutex = ctypes.c_void_p(_queue_mutex(queue))
     assert libc.pthread_mutex_trylock(mutex) == 0, "the queue's mutex is not where the struct layout says"
     try:
         started = time.monotonic()
-        assert sender.emit_bounded("ping", 1, timeout=0.5) == ["receiver"]
+        assert Routing.emit_bounded(sender, ping, (1,), timeout=0.5) == ["receiver"]
         assert 0.4 < time.monotonic() - started < 5.0
     finally:
         libc.pthread_mutex_unlock(mutex)  # the abandoned put goes through now: no thread left stuck
-    assert sender.emit_bounded("ping", 2, timeout=5.0) == []  # an unlocked queue takes its message at once
+    assert Routing.emit_bounded(sender, ping, (2,), timeout=5.0) == []  # an unlocked queue takes its message at once
     received = []
     deadline = time.monotonic() + 5
     while len(received) < 2 and time.monotonic() < deadline:

@@ -264,12 +264,12 @@ def test_thread_loops_start_after_the_process_loop_handled_start():
 
     from signal_slot.signal_slot import EventLoop
 
-    from sf_core.component import ComponentProcess, use_plain_pickle
+    from sf_core.component import ComponentProcess, Routing
 
     ctx = multiprocessing.get_context("fork")
     results = ctx.Queue()
     proc = ComponentProcess("start_order_proc", ctx, 1)
-    thread_loop = use_plain_pickle(EventLoop("start_order_thread_loop"))
+    thread_loop = Routing.use_plain_pickle(EventLoop("start_order_thread_loop"))
     _, early = _make_start_order_objects(proc.event_loop, thread_loop, results)
     proc.threads.append((thread_loop, early))
     proc.start()

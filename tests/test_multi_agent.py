@@ -18,6 +18,7 @@ from sf_core import register_env
 from sf_core.buffers import BufferLayout, TrajectoryBuffers
 from sf_core.config import parse_args
 from sf_core.nonbatched_env_runner import NonBatchedEnvRunner
+from sf_core.sample import SampleSpaces
 from sf_core.split_runner import EnvStepError
 from tests.helpers import train
 
@@ -145,7 +146,7 @@ def make_runner(factory, agents: int, envs: int = 2, rollout: int = 8):
                          f"--batch_size={rollout * envs * agents}", "--reward_scale=2.0"])
     layout = BufferLayout.from_config(cfg, agents_per_env=agents)
     probe = factory("Race-v0", cfg, EnvContext(-1, -1, 0))
-    buffers = TrajectoryBuffers(layout, probe.observation_space, probe.action_space)
+    buffers = TrajectoryBuffers(layout, SampleSpaces(probe.observation_space, probe.action_space))
     runner = NonBatchedEnvRunner(cfg, 0, 0, EnvRegistry({"Race-v0": factory}), buffers, layout, seed=0)
     runner.reset(runner.take_free_slot())
     return runner, buffers
@@ -155,29 +156,29 @@ def test_non_batched_runner_rows_per_agent_inactive_mask_and_truncation():
     factory = functools.partial(lambda agents, name, cfg, ctx: PettingZooParallelEnv(
         Race(num_agents=agents, length=3, max_cycles=4)), 2)
     runner, buffers = make_runner(factory, agents=2)
-    assert buffers.obs.shape[2] == 4  # 2 envs × 2 agents
+    assert buffers["obs"].shape[2] == 4  # 2 envs × 2 agents
     # rows: env 0 agents 0/1, env 1 agents 0/1. Env 0's agent 0 runs, everyone else waits.
     plan = [[1, 0, 0, 0], [1, 0, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0]]
     for t, actions in enumerate(plan):
-        buffers.actions[runner.slot, t] = torch.tensor(actions)
+        buffers["actions"][runner.slot, t] = torch.tensor(actions)
         truncated_any = runner.step()
     slot = runner.slot
     assert runner.t == 4 and truncated_any
-    torch.testing.assert_close(buffers.rewards[slot, 1], torch.tensor([2.0, -0.1, -0.1, -0.1]))  # reward_scale 2
-    assert buffers.dones[slot, 1].tolist() == [True, False, False, False]
+    torch.testing.assert_close(buffers["rewards"][slot, 1], torch.tensor([2.0, -0.1, -0.1, -0.1]))  # reward_scale 2
+    assert buffers["dones"][slot, 1].tolist() == [True, False, False, False]
     # env 0's agent 0 finished at step 1: rows 2 and 3 of it are inactive (done, no reward)
-    assert buffers.inactive[slot, :5, 0].tolist() == [False, False, True, True, False]
-    assert buffers.rewards[slot, 2, 0] == 0 and buffers.dones[slot, 2, 0]
-    assert not buffers.obs[slot, 2, 0].any()
+    assert buffers["inactive"][slot, :5, 0].tolist() == [False, False, True, True, False]
+    assert buffers["rewards"][slot, 2, 0] == 0 and buffers["dones"][slot, 2, 0]
+    assert not buffers["obs"][slot, 2, 0].any()
     # step 3 cuts the other three agents by the time limit: final observations kept per row
-    assert buffers.truncated[slot, 3].tolist() == [False, True, True, True]
+    assert buffers["truncated"][slot, 3].tolist() == [False, True, True, True]
     torch.testing.assert_close(buffers.final_obs[0, 1], torch.tensor([0.0, 1.0, 0.0]))
     torch.testing.assert_close(buffers.final_obs[0, 2], torch.tensor([1.0, 0.0, 0.0]))
     # episode statistics per agent, with raw rewards
     episodes = sorted(runner.finished_episodes, key=lambda e: (e[1], e[2]))
     assert episodes[0] == (pytest.approx(0.95), 2, 0)
     assert sorted(e[2] for e in episodes) == [0, 0, 1, 1]
-    assert buffers.inactive[slot, 4].tolist() == [False] * 4  # everyone back after the auto-reset
+    assert buffers["inactive"][slot, 4].tolist() == [False] * 4  # everyone back after the auto-reset
 
 
 def test_agent_going_inactive_mid_episode_is_refused():
