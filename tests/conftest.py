@@ -1,7 +1,6 @@
 """Every test must leave no child process and no shared-memory file behind."""
 
 import os
-import sys
 import time
 
 import psutil
@@ -60,12 +59,3 @@ def no_leftovers():
     assert not leftover, f"child processes left behind: {described}"
     new_shm = {f for f in _shm_files() - before_shm if _ours_or_orphaned(f)}
     assert not new_shm, f"shared-memory files left behind: {sorted(new_shm)}"
-
-
-def run_cli(args: list[str], timeout: float, cwd: str | None = None, script: str | None = None):
-    """Run `python -m sf_core.train ARGS` (or a script) in a fresh interpreter; returns CompletedProcess."""
-    import subprocess
-
-    cmd = [sys.executable, script] if script else [sys.executable, "-m", "sf_core.train"]
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run(cmd + args, capture_output=True, text=True, timeout=timeout, cwd=cwd or REPO, env=env)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 
 import sf_core.train
+from tests import launch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,14 +25,6 @@ def read_summary(train_dir, experiment: str = "exp") -> dict:
         return {}
     with open(path) as f:
         return json.load(f)
-
-
-def start_trainer(args, cwd=None, script=None):
-    """Start `python -m sf_core.train ARGS` (or a script) in its own interpreter, output piped."""
-    env = dict(os.environ, PYTHONPATH=REPO)
-    cmd = [sys.executable, script] if script else [sys.executable, "-m", "sf_core.train"]
-    return subprocess.Popen(cmd + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            cwd=cwd or REPO)
 
 
 def wait_for(predicate, timeout, what):
@@ -57,10 +49,9 @@ class EnvServerProcess:
         self.starts += 1
         log_path = os.path.join(self.log_dir, f"env_server_{id(self)}_{self.starts}.log")
         with open(log_path, "w") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "sf_core.env_server", f"--env={self.env}", f"--port={self.port}",
-                 f"--capacity={self.capacity}", "--env_module=tests.service_envs", *self.extra],
-                stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=REPO), cwd=REPO)
+            self.proc = launch.start([f"--env={self.env}", f"--port={self.port}", f"--capacity={self.capacity}",
+                                      "--env_module=tests.service_envs", *self.extra], module="sf_core.env_server",
+                                     output=log)
 
         def serving() -> bool:
             if self.proc.poll() is not None:

@@ -5,10 +5,10 @@ Run in a fresh interpreter each time, so the test process's own allocator settin
 """
 
 import json
-import subprocess
-import sys
 
-from tests.conftest import REPO
+import pytest
+
+from tests import launch
 
 BLOCK_MB = 64  # above glibc's largest dynamic mmap threshold (32 MiB): mapped afresh on every allocation
 PROBE = f"""
@@ -31,11 +31,12 @@ print(json.dumps({{"faults": faults, "rss_mb": rss}}))
 
 
 def probe(mode: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, timeout=120, cwd=REPO)
+    out = launch.run([mode], timeout=120, code=PROBE)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_a_freed_batch_is_reused_without_page_faults():
     pages = BLOCK_MB * 2**20 // 4096
     default, tuned = probe("default"), probe("tuned")

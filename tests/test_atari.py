@@ -106,6 +106,7 @@ def test_atari_presets_match_every_atari_name():
     assert cfg.exploration_loss_coeff == 0.01 and cfg.learning_rate == 2.5e-4
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_breakout_trains_through_full_pipeline_then_enjoy_with_video(tmp_path):
     code, summary = train(tmp_path, "--env=atari_breakout", "--num_workers=1", "--num_envs_per_worker=4",

@@ -4,20 +4,18 @@ learner (its batch keys and node signatures), and what they report must be consi
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests import launch
+
+pytestmark = pytest.mark.slow  # every test here trains or runs a script
 
 
 def run(script: str, args: list[str]) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", script), *args], capture_output=True,
-                          text=True, timeout=120, cwd=REPO, env=env)
+    proc = launch.run(args, timeout=120, script=f"scripts/{script}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 

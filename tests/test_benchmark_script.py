@@ -13,6 +13,8 @@ import pytest
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow  # every test here trains or runs a script
+
 SCRIPT = os.path.join(REPO, "scripts", "benchmark.py")
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 
 import gymnasium as gym
@@ -19,8 +17,8 @@ from sf_core.service.env_pool import EnvPool, PooledEnv, PoolTimeout, SlotLost
 from sf_core.service.remote_env import RemoteEnv, ServiceTimeout
 from sf_core.config import ConfigError, parse_args
 from sf_core.service.endpoints import ServiceConfigError, parse_service, worker_slice
-from tests.conftest import REPO, run_cli
 from tests.helpers import EnvServerProcess, read_summary, wait_for
+from tests import launch
 
 
 # ------------------------------------------------------------------ configuration
@@ -52,9 +50,10 @@ def test_bad_service_values_are_explained(value, message):
         parse_service(value)
 
 
+@pytest.mark.slow
 def test_too_little_capacity_is_rejected_before_anything_starts(tmp_path):
     """Done-when 4: fewer slots than workers fails at parse time, with the arithmetic, exit code 2."""
-    result = run_cli([f"--train_dir={tmp_path}", "--experiment=x", "--env=CartPole-v1", "--num_workers=4",
+    result = launch.run([f"--train_dir={tmp_path}", "--experiment=x", "--env=CartPole-v1", "--num_workers=4",
                       "--env_service=127.0.0.1:5555*2,127.0.0.1:5556*1"], timeout=60)
     assert result.returncode == 2, result.stderr
     assert ("--env_service has 127.0.0.1:5555*2 + 127.0.0.1:5556*1 = 3 slots but --num_workers=4: each rollout "
@@ -159,6 +158,7 @@ def test_malformed_truncated_and_oversized_requests_get_errors(cartpole_server):
         context.term()
 
 
+@pytest.mark.slow
 def test_dead_server_never_blocks_a_client(tmp_path):
     server = EnvServerProcess(tmp_path, "CartPole-v1", 1).start()
     env = RemoteEnv(f"127.0.0.1:{server.port}", timeout=0.5)
@@ -180,6 +180,7 @@ def test_dead_server_never_blocks_a_client(tmp_path):
 # ------------------------------------------------------------------ pool lifecycle
 
 
+@pytest.mark.slow
 def test_pool_acquires_with_timeout_fails_over_and_readmits(tmp_path):
     a = EnvServerProcess(tmp_path, "CartPole-v1", 1).start()
     b = EnvServerProcess(tmp_path, "CartPole-v1", 1).start()
@@ -219,6 +220,7 @@ def test_pool_acquires_with_timeout_fails_over_and_readmits(tmp_path):
 # ------------------------------------------------------------------ training on a service
 
 
+@pytest.mark.slow
 def test_failed_slot_drops_the_unfinished_trajectory_and_the_split_waits_for_a_slot(tmp_path):
     """A rollout worker (in this process) on slots of two servers whose observations carry a tag naming
     the server. The server under it dies mid-trajectory: no trajectory it sends the learner mixes rows of
@@ -293,6 +295,7 @@ def test_failed_slot_drops_the_unfinished_trajectory_and_the_split_waits_for_a_s
         b.kill()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_training_solves_cartpole_on_two_servers_one_killed_and_restarted(tmp_path):
     """Done-when 1 and 2: two servers of capacity 4, 4 rollout workers. Mid-training one server is killed
@@ -305,15 +308,14 @@ def test_training_solves_cartpole_on_two_servers_one_killed_and_restarted(tmp_pa
         for s in servers:
             s.start()
         with open(log_path, "w") as log:
-            trainer = subprocess.Popen(
-                [sys.executable, "-m", "sf_core.train", "--env=CartPole-v1", f"--train_dir={tmp_path}",
+            trainer = launch.start(
+                ["--env=CartPole-v1", f"--train_dir={tmp_path}",
                  "--experiment=svc", f"--env_service={servers[0].spec},{servers[1].spec}", "--num_workers=4",
                  "--target_mean_return=475", "--train_for_seconds=200", "--seed=3", "--report_interval=1",
                  # 8 envs in all: a higher learning rate and smaller datasets than the 128-env preset
                  "--learning_rate=0.001", "--batch_size=512",
                  "--env_service_timeout=1", "--env_service_recheck_interval=0.5",
-                 "--experiment_summaries_interval=0.5"],
-                stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=REPO), cwd=REPO)
+                 "--experiment_summaries_interval=0.5"], output=log)
 
         def console() -> list[tuple[int, str]]:
             return [(int(m.group(1).replace(",", "")), line) for line in open(log_path)
@@ -419,6 +421,7 @@ def _make_slow_env(name, cfg, ctx):
     return FlakyCartPole(flaky=False, step_seconds=0.1 if ctx.env_index < 3 else 3.0)  # instance 3 hangs
 
 
+@pytest.mark.slow
 def test_parallel_server_steps_instances_at_once_and_a_hung_one_fails_alone():
     """--parallel=True: instances that sleep (release the GIL) step concurrently, and an instance that
     hangs costs only its own slot: the server still answers, so the pool keeps its other slots."""
@@ -463,6 +466,7 @@ def test_parallel_server_steps_instances_at_once_and_a_hung_one_fails_alone():
         server.close()
 
 
+@pytest.mark.slow
 def test_training_refuses_servers_that_do_not_match_the_flags(tmp_path):
     """Before anything starts: a silent address, a server of another env, or less capacity than listed."""
     server = EnvServerProcess(tmp_path, "CartPole-v1", 2)
@@ -473,10 +477,10 @@ def test_training_refuses_servers_that_do_not_match_the_flags(tmp_path):
             f"127.0.0.1:{server.port}*2,127.0.0.1:1*2": "env servers did not answer: 127.0.0.1:1",
         }
         for service, message in cases.items():
-            result = run_cli([f"--train_dir={tmp_path}", "--experiment=x", "--env=CartPole-v1", "--num_workers=1",
+            result = launch.run([f"--train_dir={tmp_path}", "--experiment=x", "--env=CartPole-v1", "--num_workers=1",
                               f"--env_service={service}", "--env_service_timeout=1"], timeout=60)
             assert result.returncode == 1 and message in result.stderr, result.stderr
-        result = run_cli([f"--train_dir={tmp_path}", "--experiment=x", "--env=Acrobot-v1", "--num_workers=1",
+        result = launch.run([f"--train_dir={tmp_path}", "--experiment=x", "--env=Acrobot-v1", "--num_workers=1",
                           f"--env_service={server.spec}"], timeout=60)
         assert result.returncode == 1 and f"127.0.0.1:{server.port} serves 'CartPole-v1', but --env=Acrobot-v1" \
             in result.stderr, result.stderr

@@ -36,6 +36,7 @@ def read_results(path) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_fifty_tasks_two_workers_small_pool_one_broken_slot(tmp_path):
     """Done-when 3: 50 tasks, 2 workers that would each run 4 at once, a pool of 3 slots (so 2 + 1).
@@ -74,6 +75,7 @@ def test_fifty_tasks_two_workers_small_pool_one_broken_slot(tmp_path):
         server.kill()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_sigterm_stops_gracefully_keeps_results_and_resume_finishes(tmp_path):
     server = EnvServerProcess(tmp_path, "SlowCartPole-v1", 2)
@@ -103,6 +105,7 @@ def test_sigterm_stops_gracefully_keeps_results_and_resume_finishes(tmp_path):
         server.kill()
 
 
+@pytest.mark.slow
 def test_bad_tasks_and_services_are_rejected_before_anything_starts(tmp_path):
     server = EnvServerProcess(tmp_path, "CartPole-v1", 1)
     try:
@@ -121,6 +124,7 @@ def test_bad_tasks_and_services_are_rejected_before_anything_starts(tmp_path):
         server.kill()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_trained_policy_evaluated_on_served_env(tmp_path):
     """--experiment: the tasks are played by the experiment's policy. Deterministic actions and episode k
@@ -152,6 +156,7 @@ def test_trained_policy_evaluated_on_served_env(tmp_path):
         server.kill()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_tasks_longer_than_the_grace_period_are_killed(tmp_path):
     """SIGTERM with tasks of several seconds in hand and --grace_period=0.5: the workers are killed, the

@@ -8,10 +8,11 @@ from queue import Empty
 import psutil
 import pytest
 
-from tests.conftest import run_cli
-from tests.helpers import start_trainer, train
+from tests.helpers import train
+from tests import launch
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("args, message", [
     (["--env=NoSuchEnv-v0"], "unknown env 'NoSuchEnv-v0'"),
@@ -22,15 +23,16 @@ from tests.helpers import start_trainer, train
 ])
 def test_bad_input_is_one_clear_error(tmp_path, args, message):
     started = time.time()
-    result = run_cli(args + [f"--train_dir={tmp_path}"], timeout=50)
+    result = launch.run(args + [f"--train_dir={tmp_path}"], timeout=50)
     assert result.returncode != 0
     assert message in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     assert time.time() - started < 30
 
 
+@pytest.mark.slow
 def test_help_lists_grouped_flags():
-    result = run_cli(["--help"], timeout=50)
+    result = launch.run(["--help"], timeout=50)
     assert result.returncode == 0
     for group in ("rollout:", "learning:", "model:", "env:", "logging:"):
         assert group in result.stdout
@@ -68,13 +70,14 @@ EXPLODING = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("mode", ["--serial_mode=True", "--serial_mode=False"])
 def test_env_exception_stops_training_with_its_traceback(tmp_path, mode):
     script = tmp_path / "exploding.py"
     script.write_text(EXPLODING)
     started = time.time()
-    result = run_cli([mode, "--num_workers=2", f"--train_dir={tmp_path}", "--train_for_seconds=60"],
+    result = launch.run([mode, "--num_workers=2", f"--train_dir={tmp_path}", "--train_for_seconds=60"],
                      timeout=80, script=str(script), cwd=str(tmp_path))
     output = result.stdout + result.stderr
     assert result.returncode == 1
@@ -110,20 +113,22 @@ NAN_ENV = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_nan_reward_is_named_not_trained_on(tmp_path):
     script = tmp_path / "nan_env.py"
     script.write_text(NAN_ENV)
-    result = run_cli([f"--train_dir={tmp_path}", "--train_for_seconds=60"], timeout=80, script=str(script),
+    result = launch.run([f"--train_dir={tmp_path}", "--train_for_seconds=60"], timeout=80, script=str(script),
                      cwd=str(tmp_path))
     assert result.returncode == 1
     assert "non-finite observation or reward" in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_stops_every_process(tmp_path, sig, code):
-    proc = start_trainer(["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--train_for_seconds=120"])
+    proc = launch.start(["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--train_for_seconds=120"])
     try:
         deadline = time.time() + 30
         children = []
@@ -146,9 +151,10 @@ def test_interrupt_stops_every_process(tmp_path, sig, code):
     assert not alive, f"processes outlived the trainer: {alive}"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_killed_worker_process_is_reported(tmp_path):
-    proc = start_trainer(["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--train_for_seconds=120"])
+    proc = launch.start(["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--train_for_seconds=120"])
     try:
         deadline = time.time() + 30
         victim = None
@@ -169,6 +175,7 @@ def test_killed_worker_process_is_reported(tmp_path):
     assert "Traceback" not in output  # one clear message, and the shutdown path itself did not fail
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_two_trainings_in_one_interpreter_are_independent(tmp_path):
     import gymnasium as gym
@@ -188,6 +195,7 @@ def test_two_trainings_in_one_interpreter_are_independent(tmp_path):
     assert "FirstRunOnly-v0" in registry_snapshot().factories  # user registrations persist, by design
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_sync_mode_with_a_dataset_that_splits_a_slot_keeps_training(tmp_path):
     """15 trajectories per dataset from slots of 8: one slot is always half-copied. Sync mode must
@@ -201,6 +209,7 @@ def test_sync_mode_with_a_dataset_that_splits_a_slot_keeps_training(tmp_path):
     assert summary["final_learner_stats"]["policy_lag_max"] <= 2
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_all_samples_too_stale_is_not_a_nan(tmp_path):
     """--max_policy_lag=0 in async mode masks whole datasets; that must skip them, not poison the
@@ -240,11 +249,15 @@ def test_emit_gives_up_on_a_queue_left_locked():
     def _ping(value: int) -> None:
         """A test signal."""
 
+    class Receiver(Component):
+        def got(self, value: int) -> None:
+            pass
+
     ping = Signal("ping", _ping, "sender", "receiver")
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
     receiver_loop = Routing.use_plain_pickle(EventLoop("receiver_loop"))
-    sender, receiver = Component(EventLoop("sender_loop"), "sender"), Component(receiver_loop, "receiver")
-    ping.connect(sender, receiver.stop_loop)
+    sender, receiver = Component(EventLoop("sender_loop"), "sender"), Receiver(receiver_loop, "receiver")
+    ping.connect(sender, receiver.got)
     queue = receiver_loop.signal_queue
     mutex = ctypes.c_void_p(_queue_mutex(queue))
     assert libc.pthread_mutex_trylock(mutex) == 0, "the queue's mutex is not where the struct layout says"

@@ -1,8 +1,6 @@
 """Dataflow graphs: validation errors, execution order, parameter versions, built-in algorithms."""
 
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -12,6 +10,7 @@ from algo.params import LearningParams
 from algo.graph import Context, GraphError, GraphExecutor, ModelSlot, Node, build_graph
 from sf_core.sample import BATCH_KEYS
 from tests.conftest import REPO
+from tests import launch
 
 
 def node(name, inputs, outputs, kind="compute", fn=None, model=None):
@@ -45,6 +44,7 @@ def test_model_calls_must_name_their_model():
         Node("fwd", "inference", ("obs",), ("v",), lambda c, x: {})
 
 
+@pytest.mark.slow
 def test_first_call_of_an_iteration_sees_last_train_step():
     """inference reads the weight, train_step changes it: iteration k's read must see k-1's update."""
     model = torch.nn.Linear(1, 1, bias=False)
@@ -95,20 +95,20 @@ def test_builtin_algorithms_are_valid_graphs(algo):
     assert algo in known_algorithms()
 
 
+@pytest.mark.slow
 def test_unknown_algo_is_a_clear_error(tmp_path):
-    from tests.conftest import run_cli
-
-    result = run_cli(["--env=CartPole-v1", "--algo=DQN", f"--train_dir={tmp_path}"], timeout=60)
+    
+    result = launch.run(["--env=CartPole-v1", "--algo=DQN", f"--train_dir={tmp_path}"], timeout=60)
     assert result.returncode == 2
     assert "unknown --algo='DQN'" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["APPO", "PPO", "REINFORCE"])
 def test_visualize_writes_a_picture(tmp_path, algo):
     for ext in ("png", "svg"):
         out = tmp_path / f"{algo}.{ext}"
-        result = subprocess.run([sys.executable, "scripts/visualize_dfg.py", f"--algo={algo}", f"--output={out}"],
-                                cwd=REPO, capture_output=True, text=True, timeout=60)
+        result = launch.run([f"--algo={algo}", f"--output={out}"], timeout=60, script="scripts/visualize_dfg.py")
         assert result.returncode == 0, result.stderr
         head = out.read_bytes()[:200]
         assert head.startswith(b"\x89PNG") if ext == "png" else b"<svg" in out.read_bytes()[:2000]
@@ -121,13 +121,13 @@ def extract_doc_example() -> str:
     return match.group(1)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_docs_kl_penalty_example_runs_and_logs_kl(tmp_path):
-    from tests.conftest import run_cli
-
+    
     script = tmp_path / "appo_kl.py"
     script.write_text(extract_doc_example())
-    result = run_cli(["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--experiment=kl",
+    result = launch.run(["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--experiment=kl",
                       "--train_for_env_steps=40000", "--experiment_summaries_interval=0.5"],
                      timeout=100, script=str(script), cwd=str(tmp_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

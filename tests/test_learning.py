@@ -7,8 +7,10 @@ import textwrap
 
 import pytest
 
-from tests.conftest import run_cli
 from tests.helpers import read_summary, train
+from tests import launch
+
+pytestmark = pytest.mark.slow  # every test here trains or runs a script
 
 SOLVED = 475.0
 
@@ -114,7 +116,7 @@ def test_user_registered_env_learns_async_two_workers(tmp_path, start_method):
     script = tmp_path / "my_training.py"
     script.write_text(USER_SCRIPT)
     # optimal return is 1 - 6 * 0.01 = 0.94; a random walk rarely reaches the goal within 50 steps
-    result = run_cli([f"--train_dir={tmp_path}", "--experiment=corridor", "--num_envs_per_worker=8",
+    result = launch.run([f"--train_dir={tmp_path}", "--experiment=corridor", "--num_envs_per_worker=8",
                       "--rollout=16", "--batch_size=512", "--encoder_mlp_layers", "64",
                       "--learning_rate=0.001", "--target_mean_return=0.9", "--train_for_seconds=100", "--seed=3",
                       f"--mp_start_method={start_method}"],

@@ -9,8 +9,8 @@ import psutil
 import pytest
 
 from sf_core import checkpoint
-from tests.conftest import run_cli
-from tests.helpers import read_summary, start_trainer, train, wait_for
+from tests.helpers import read_summary, train, wait_for
+from tests import launch
 
 
 def wait_for_training(proc, timeout=45):
@@ -41,12 +41,13 @@ def tb_steps(experiment_path, tag="episode/return"):
     return [e.step for e in acc.Scalars(tag)]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_kill_9_then_rerun_resumes_from_last_checkpoint(tmp_path):
     args = ["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--experiment=run",
             "--save_every_sec=1", "--experiment_summaries_interval=0.5", "--seed=7"]
     ckpt_dir = tmp_path / "run" / "checkpoint"
-    proc = start_trainer(args + ["--train_for_env_steps=10000000"])
+    proc = launch.start(args + ["--train_for_env_steps=10000000"])
     try:
         wait_for(lambda: len(checkpoint.list_checkpoints(str(ckpt_dir))) >= 2, 60, "two checkpoints")
         children = psutil.Process(proc.pid).children(recursive=True)
@@ -64,7 +65,7 @@ def test_kill_9_then_rerun_resumes_from_last_checkpoint(tmp_path):
     assert frames_at_kill > 0 and saved["version"] > 0
 
     target = frames_at_kill + 30000
-    result = run_cli(args + [f"--train_for_env_steps={target}"], timeout=90)
+    result = launch.run(args + [f"--train_for_env_steps={target}"], timeout=90)
     assert result.returncode == 0, result.stdout[-3000:]
     assert f"resuming from {last}" in result.stdout
     summary = read_summary(tmp_path, "run")
@@ -77,9 +78,10 @@ def test_kill_9_then_rerun_resumes_from_last_checkpoint(tmp_path):
     assert steps[-1] >= target
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_sigterm_leaves_a_final_checkpoint(tmp_path):
-    proc = start_trainer(["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--experiment=t",
+    proc = launch.start(["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--experiment=t",
                           "--save_every_sec=1000", "--train_for_seconds=120", "--report_interval=0.3"])
     try:
         seen = wait_for_training(proc)
@@ -141,11 +143,12 @@ def run_faulty(tmp_path, *args: str, timeout: float = 80):
     script = tmp_path / "faulty.py"
     script.write_text(FAULTY)
     started = time.time()
-    result = run_cli(["--num_workers=2", f"--train_dir={tmp_path}", *args], timeout=timeout, script=str(script),
+    result = launch.run(["--num_workers=2", f"--train_dir={tmp_path}", *args], timeout=timeout, script=str(script),
                      cwd=str(tmp_path))
     return result, time.time() - started, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_restart_policy_keeps_training_and_counts_faults(tmp_path):
     result, _, output = run_faulty(tmp_path, "--env=Raise-v0", "--env_fault_policy=restart", "--experiment=f",
@@ -163,6 +166,7 @@ def test_restart_policy_keeps_training_and_counts_faults(tmp_path):
     assert acc.Scalars("faults/env_restarts")[-1].value >= 4
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_stop_policy_exits_with_env_traceback_and_checkpoint(tmp_path):
     result, seconds, output = run_faulty(tmp_path, "--env=Raise-v0", "--experiment=s", "--train_for_seconds=60")
@@ -172,6 +176,7 @@ def test_stop_policy_exits_with_env_traceback_and_checkpoint(tmp_path):
     assert checkpoint.list_checkpoints(str(tmp_path / "s" / "checkpoint")), "no checkpoint saved on the way out"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_hung_env_is_named_by_heartbeat(tmp_path):
     result, seconds, output = run_faulty(tmp_path, "--env=Hang-v0", "--experiment=h", "--heartbeat_timeout=3",
@@ -182,6 +187,7 @@ def test_hung_env_is_named_by_heartbeat(tmp_path):
     assert seconds < 45
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_plot_compares_two_experiments(tmp_path):
     for name, seed in (("a", 1), ("b", 2)):
@@ -200,9 +206,10 @@ def test_plot_compares_two_experiments(tmp_path):
     assert out.stat().st_size > 20_000
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_restart_policy_survives_a_killed_worker_process(tmp_path):
-    proc = start_trainer(["--env=CartPole-v1", "--num_workers=2", "--env_fault_policy=restart",
+    proc = launch.start(["--env=CartPole-v1", "--num_workers=2", "--env_fault_policy=restart",
                           f"--train_dir={tmp_path}", "--experiment=w", "--train_for_env_steps=1500000",
                           "--train_for_seconds=90", "--report_interval=0.5", "--seed=3"])
     try:

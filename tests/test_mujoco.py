@@ -41,6 +41,7 @@ def test_rgb_array_renders_without_a_display(monkeypatch):
             os.environ.pop("MUJOCO_GL", None)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_halfcheetah_trains_a_few_thousand_steps(tmp_path):
     code, summary = train(tmp_path, "--env=HalfCheetah-v5", "--train_for_env_steps=4096", "--seed=1")

@@ -215,6 +215,7 @@ class FlakyRelay(RelayGame):
         return super().step(actions)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("policy", ["stop", "restart"])
 def test_multi_agent_env_faults_stop_or_restart_the_split(tmp_path, policy):
@@ -232,6 +233,7 @@ def test_multi_agent_env_faults_stop_or_restart_the_split(tmp_path, policy):
 
 
 # ------------------------------------------------------------------------------------------ flags
+@pytest.mark.slow
 def test_batched_sampling_false_is_accepted_and_multi_agent_needs_it(tmp_path, capsys):
     cfg, _ = parse_args(["--env=RelayGame-v0", "--batched_sampling=False"])
     assert cfg.batched_sampling is False
@@ -248,6 +250,7 @@ RELAY_FLAGS = ("--env=RelayGame-v0", "--batched_sampling=False", "--num_envs_per
                "--train_for_seconds=55")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_two_agent_self_play_learns_non_batched_serial_then_enjoy(tmp_path):
     """Each agent's target is seen only by the other: random play scores 0.25 and no policy can beat
@@ -273,6 +276,7 @@ def test_two_agent_self_play_learns_non_batched_serial_then_enjoy(tmp_path):
     assert (tmp_path / "exp" / "replay.mp4").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_two_agent_self_play_learns_async(tmp_path):
     register_env("RelayGame-v0", make_relay_game)
@@ -281,6 +285,7 @@ def test_two_agent_self_play_learns_async(tmp_path):
     assert summary["time_to_target"] is not None, f"not learned: {summary}"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_pettingzoo_env_with_early_finishers_learns(tmp_path):
     """Agents leave the race at different steps: the inactive rows they leave must not spoil training.
@@ -295,6 +300,7 @@ def test_pettingzoo_env_with_early_finishers_learns(tmp_path):
     assert summary["final_learner_stats"]["inactive_fraction"] > 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_real_pettingzoo_env_by_name_trains_and_records_video(tmp_path):
     """rock-paper-scissors from pettingzoo.classic, competitive self-play, by its module name only."""

@@ -62,6 +62,7 @@ def test_recurrence_must_divide_rollout_and_batch():
     assert cfg.recurrence_length() == 1
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_memory_task_needs_the_rnn(tmp_path):
     code, with_rnn = train(tmp_path, *MEMORY, "--serial_mode=True", "--use_rnn=True", experiment="gru")
@@ -85,6 +86,7 @@ def test_memory_task_needs_the_rnn(tmp_path):
         assert json.load(f)["mean_return"] >= 0.85
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("flags", [
     # worker processes: each env's state lives in shared memory between inference requests
@@ -100,6 +102,7 @@ def test_memory_task_async(tmp_path, flags):
     assert summary["mean_return_at_target"] >= 0.9, summary
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_memory_task_non_batched_sampling(tmp_path):
     # the per-env runner writes rows one by one; states are kept per row like in the batched path

@@ -92,6 +92,7 @@ def make_two_field_env(name, cfg, ctx):
     return TwoFieldDictEnv()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_dict_observation_env_trains_end_to_end(tmp_path):
     register_env("TwoFieldDict-v0", make_two_field_env)
@@ -130,6 +131,7 @@ class ResidualGru(torch.nn.Module):
         return x + h, h
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_custom_encoder_and_core_train_in_spawned_processes(tmp_path):
     register_encoder("tiny", TinyEncoder)
