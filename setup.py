@@ -23,7 +23,7 @@ setup(
         "atari": ["ale-py>=0.10"],  # ships the ROMs; envs/atari.py needs no OpenCV
         "mujoco": ["gymnasium[mujoco]>=1.0"],
         "multiagent": ["pettingzoo>=1.24"],  # envs/pettingzoo.py; the env families' own extras as they need
-        "dev": ["pytest>=7", "pytest-timeout>=2", "psutil>=5", "imageio>=2.30", "imageio-ffmpeg>=0.4.9",
+        "dev": ["pytest>=7", "pytest-timeout>=2", "psutil>=5", "mypy>=1.8", "imageio>=2.30", "imageio-ffmpeg>=0.4.9",
                 "gymnasium[classic-control]>=1.0", "matplotlib>=3.7", "ale-py>=0.10", "gymnasium[mujoco]>=1.0",
                 "pettingzoo>=1.24"],
     },

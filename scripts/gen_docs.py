@@ -57,7 +57,7 @@ are errors. A per-env preset (table at the end) may change a default; a flag you
 def _default(field: dataclasses.Field) -> Any:
     if field.default is not dataclasses.MISSING:
         return field.default
-    return field.default_factory()  # type: ignore[misc]
+    return field.default_factory()  # type: ignore[misc,operator]
 
 
 def format_value(value: Any) -> str:
@@ -159,7 +159,7 @@ def _one_line(text: str) -> str:
 def signals_table() -> str:
     rows = ["| signal | from | to | payload | meaning |", "| --- | --- | --- | --- | --- |"]
     for sig in signals.ALL:
-        name = sig.route("{w}") if isinstance(sig, signals.RoutedSignal) else sig.name
+        name = f"{sig.name}_{{w}}" if isinstance(sig, signals.RoutedSignal) else sig.name
         params = inspect.signature(sig.payload).parameters.values()
         payload = ", ".join(f"{p.name}: {p.annotation}" for p in params)
         payload = f"`{payload}`" if payload else "none"

@@ -273,7 +273,7 @@ def default(name: str) -> Any:
     """A flag's default. Typed views of the config (algo.model.ModelSpec, algo.params.LearningParams)
     take their defaults from here, so each default is written once, in `Config`."""
     f = _FIELDS[name]
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc,operator]
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Config)}

@@ -41,7 +41,7 @@ class InferenceWorker(Component):
         self.pending: list[Request] = []
         self.model: ActorCritic | None = None
         self.version = -1
-        self.stats = {"requests": 0, "batches": 0, "seconds": 0.0}
+        self.report = InferenceReport(index, 0, 0, 0.0)  # what happened since the last report
         loop.start.connect(self.on_start)
 
     @guarded
@@ -104,9 +104,14 @@ class InferenceWorker(Component):
             splits_by_worker.setdefault(worker, []).append(split)
         for worker, splits in splits_by_worker.items():  # one signal per worker, not per split
             ADVANCE.emit_to(self, worker, splits)
-        self.stats["requests"] += len(requests)
-        self.stats["batches"] += 1
-        self.stats["seconds"] += time.perf_counter() - started
+        self.report.requests += len(requests)
+        self.report.batches += 1
+        self.report.seconds += time.perf_counter() - started
+
+    @property
+    def policy(self) -> ActorCritic:
+        assert self.model is not None, "the model is built in on_start"
+        return self.model
 
     def precision(self):
         """The policy runs in bfloat16 under --mixed_precision, as the learner's forward pass does."""
@@ -129,7 +134,7 @@ class InferenceWorker(Component):
             state_in[carried] = views["rnn_states"][slots[carried], 0]
         views["rnn_states"][slots, rows] = state_in
         with self.precision():
-            params, values, state_out = self.model.step(obs, torch.from_numpy(state_in).flatten(0, 1).to(self.device))
+            params, values, state_out = self.policy.step(obs, torch.from_numpy(state_in).flatten(0, 1).to(self.device))
         views["rnn_latest"][splits] = state_out.float().cpu().numpy().reshape(latest.shape)
         return params, values, {split: latest[i] for i, split in enumerate(splits)}
 
@@ -143,16 +148,16 @@ class InferenceWorker(Component):
             final = self.buffers.final_obs[split_index][mask].to(self.device)
             with self.precision():
                 if latest is None:
-                    _, values = self.model(final)
+                    _, values = self.policy(final)
                 else:  # the final observation would have been seen with the state the env had then
                     state = torch.from_numpy(latest[split_index][mask.numpy()]).to(self.device)
-                    _, values, _ = self.model.step(final, state)
-            trunc_values[slot, row - 1, mask] = self.model.denormalize_value(values.float()).cpu()
+                    _, values, _ = self.policy.step(final, state)
+            trunc_values[slot, row - 1, mask] = self.policy.denormalize_value(values.float()).cpu()
 
     @guarded
     def send_report(self) -> None:
-        REPORT.emit(self, InferenceReport(self.index, **self.stats))
-        self.stats = {"requests": 0, "batches": 0, "seconds": 0.0}
+        REPORT.emit(self, self.report)
+        self.report = InferenceReport(self.index, 0, 0, 0.0)
 
     @guarded
     def stop(self) -> None:

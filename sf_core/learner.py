@@ -106,6 +106,7 @@ class Learner(Component):
         slot = self.models["actor_critic"]
         for group in slot.optimizer.param_groups:
             group["lr"] = lr
+        assert self.executor is not None, "the graph is built in on_start, which runs before any signal"
         self.executor.context.policy_version = self.version
         outputs = self.executor.run(batch)
         self.version += 1

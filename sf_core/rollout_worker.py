@@ -21,7 +21,7 @@ from sf_core.sample import RowOrigin
 from sf_core.service.env_pool import EnvPool
 from sf_core.service.remote_env import ServiceError
 from sf_core.signals import NEW_TRAJECTORIES, POLICY_REQUEST, REPORT, RolloutReport, ServiceReport
-from sf_core.split_runner import EnvStepError
+from sf_core.split_runner import EnvStepError, SplitRunner
 from sf_core.vector_env_runner import VectorEnvRunner
 from signal_slot.signal_slot import EventLoop, Timer
 
@@ -37,7 +37,7 @@ class RolloutWorker(Component):
         super().__init__(loop, f"rollout_worker_{worker}", control)
         self.worker, self.cfg, self.registry = worker, cfg, registry
         self.buffers, self.layout, self.seed = buffers, layout, seed
-        self.runners = []
+        self.runners: list[SplitRunner] = []
         self.waiting_for_slot: set[int] = set()
         self.frames = 0
         self.env_seconds = 0.0

@@ -64,7 +64,7 @@ class Runner(Component):
         super().__init__(self.loop, "runner")
         self.experiment = Experiment(self.cfg)
         self.topology = Topology()
-        self.stats: TrainingStats | None = None
+        self._stats: TrainingStats | None = None  # made once the processes run (its writer has a thread)
         self.resumed: dict | None = None  # the runner counters of the checkpoint we resumed from
         self.exit_code: int | None = None
         self.error: str | None = None
@@ -77,6 +77,11 @@ class Runner(Component):
         self.last_check = time.time()  # when check() last ran: the loop watchdog reads it
         self.loop_done = threading.Event()
         self.threads_before_fork = 0
+
+    @property
+    def stats(self) -> TrainingStats:
+        assert self._stats is not None, "stats exist once the components started"
+        return self._stats
 
     # ---------------------------------------------------------------- setup
     def _build(self, resume: bool = False, start_method: str | None = None) -> None:
@@ -168,11 +173,11 @@ class Runner(Component):
             proc.start()
         if self.threads_before_fork:  # this interpreter may train again, serially, later
             torch.set_num_threads(self.threads_before_fork)
-        if self.stats is None:
+        if self._stats is None:
             # after the processes start: the TensorBoard writer runs a thread, which a fork must not copy
             start_frames = self.resumed["frames"] if self.resumed else 0
             counts = {"env_step": self.cfg.num_workers, "inference": self.cfg.policy_workers_per_policy, "learner": 1}
-            self.stats = TrainingStats(self.cfg.stats_window, self.experiment.summary_writer(start_frames),
+            self._stats = TrainingStats(self.cfg.stats_window, self.experiment.summary_writer(start_frames),
                                        self.launched, counts)
             if self.resumed:
                 self.stats.restore(self.resumed)
@@ -355,7 +360,7 @@ class Runner(Component):
                 proc.join(timeout=2.0)
 
     def _close(self) -> None:
-        if self.stats is None:
+        if self._stats is None:
             return
         self.stats.write_summaries()
         if self.stats.writer is not None:

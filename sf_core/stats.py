@@ -43,7 +43,7 @@ class TrainingStats:
         self.slot_faults = 0
         self.slot_readmissions = 0
         self.interrupted_episodes = 0
-        self.previous_seconds = 0.0  # training time of earlier sessions of a resumed experiment
+        self.previous_seconds: float = 0.0  # training time of earlier sessions of a resumed experiment
         # how many components share each kind of work, to turn busy seconds into a busy fraction
         self.component_counts = component_counts or {"env_step": 1, "inference": 1, "learner": 1}
         self.busy_snapshot = (time.time(), dict(self.seconds))
@@ -174,10 +174,10 @@ class TrainingStats:
             w.add_scalar("service/readmissions_total", self.slot_readmissions, step)
             w.add_scalar("service/interrupted_episodes_total", self.interrupted_episodes, step)
         w.add_scalar("perf/training_hours", (self.previous_seconds + self.elapsed()) / 3600, step)
-        for key, value in self.learner.items():
+        for key, figure in self.learner.items():
             if key == "policy_lag_mean":
-                w.add_scalar("train/policy_lag", value, step)
-            w.add_scalar(f"train/{key}", value, step)
+                w.add_scalar("train/policy_lag", figure, step)
+            w.add_scalar(f"train/{key}", figure, step)
         w.flush()
 
     def service_totals(self) -> dict[str, int]:
@@ -202,7 +202,7 @@ class TrainingStats:
 
     def bottleneck_hint(self) -> str:
         busy = self.busy_fractions()
-        kind = max(busy, key=busy.get)
+        kind = max(busy, key=lambda k: busy[k])
         names = {"env_step": "env stepping", "inference": "inference", "learner": "learner"}
         shares = ", ".join(f"{names[k]} {v:.0%}" for k, v in busy.items())
         if busy[kind] < 0.5:
