@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Literal
 
 import gymnasium as gym
 import torch
@@ -33,7 +34,8 @@ from algo.observations import obs_storage
 @dataclass(frozen=True)
 class SampleField:
     name: str
-    shape_of: str  # "obs" / "action": the space's storage shape and dtype; "rnn_state": [state size]; "scalar"
+    # "obs" / "action": the space's storage shape and dtype; "rnn_state": [state size]; "scalar": ()
+    shape_of: Literal["obs", "action", "rnn_state", "scalar"]
     dtype: torch.dtype | None  # for "scalar" and "rnn_state"; None: the space's
     bootstrap: bool  # row T goes to the learner
     carried: bool  # row T becomes row 0 of the next slot
