@@ -6,10 +6,10 @@ running statistics (per-pixel statistics would make static background pixels exp
 normalized by one scalar mean/std, vectors by per-element running statistics (`--normalize_input`),
 Discrete fields one-hot. It is shared by the actor's and the critic's encoders.
 
-`ObservationEncoder` gives every image field a conv trunk (`--encoder_conv_architecture`:
-`convnet_atari`, the Nature-DQN CNN, or `resnet_impala`, the IMPALA ResNet, then the
-`--encoder_conv_mlp_layers`), concatenates all other fields into one MLP (`--encoder_mlp_layers`),
-and concatenates the results. A Box observation is the one-field case.
+`ObservationEncoder` gives every image field a conv encoder (`algo.conv_encoders`: the trunk that
+`--encoder_conv_architecture` picks for the image's size, then the `--encoder_conv_mlp_layers`),
+concatenates all other fields into one MLP (`--encoder_mlp_layers`), and concatenates the results.
+A Box observation is the one-field case.
 """
 
 from __future__ import annotations
@@ -19,17 +19,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from algo.activations import ACTIVATIONS
+from algo.conv_encoders import ConvEncoder
+from algo.mlp import mlp
 from algo.normalization import RunningMeanStd
 from algo.observations import ObsField, PackedObs, is_structured
-
-
-def mlp(in_features: int, layers: tuple[int, ...], activation: str) -> nn.Sequential:
-    modules: list[nn.Module] = []
-    for size in layers:
-        modules += [nn.Linear(in_features, size), ACTIVATIONS[activation]()]
-        in_features = size
-    return nn.Sequential(*modules)
 
 
 def image_layout(shape: tuple[int, ...]) -> tuple[tuple[int, int, int], bool]:
@@ -38,56 +31,6 @@ def image_layout(shape: tuple[int, ...]) -> tuple[tuple[int, int, int], bool]:
     if c <= 4 < a:
         return (c, a, b), True
     return (a, b, c), False
-
-
-class NatureCNN(nn.Sequential):
-    """Mnih et al. 2015: conv 32 8×8/4, 64 4×4/2, 64 3×3/1 (84×84 input -> 64×7×7)."""
-
-    def __init__(self, channels: int, activation: str):
-        act = ACTIVATIONS[activation]
-        super().__init__(nn.Conv2d(channels, 32, 8, stride=4), act(), nn.Conv2d(32, 64, 4, stride=2), act(),
-                         nn.Conv2d(64, 64, 3, stride=1), act(), nn.Flatten())
-
-
-class ResidualBlock(nn.Module):
-    def __init__(self, channels: int, activation: str):
-        super().__init__()
-        act = ACTIVATIONS[activation]
-        self.body = nn.Sequential(act(), nn.Conv2d(channels, channels, 3, padding=1), act(),
-                                  nn.Conv2d(channels, channels, 3, padding=1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.body(x)
-
-
-class ImpalaResNet(nn.Sequential):
-    """Espeholt et al. 2018: three stages of (conv 3×3, max-pool 3×3/2, two residual blocks) with 16, 32
-    and 32 channels (84×84 input -> 32×11×11)."""
-
-    def __init__(self, channels: int, activation: str, stages: tuple[int, ...] = (16, 32, 32)):
-        layers: list[nn.Module] = []
-        for out in stages:
-            layers += [nn.Conv2d(channels, out, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1),
-                       ResidualBlock(out, activation), ResidualBlock(out, activation)]
-            channels = out
-        layers += [ACTIVATIONS[activation](), nn.Flatten()]
-        super().__init__(*layers)
-
-
-CONV_ARCHITECTURES = {"convnet_atari": NatureCNN, "resnet_impala": ImpalaResNet}
-
-
-def conv_encoder(chw: tuple[int, int, int], spec) -> tuple[nn.Module, int]:
-    """The conv trunk plus its fully connected layers; returns (module, output features)."""
-    if spec.encoder_conv_architecture not in CONV_ARCHITECTURES:
-        raise ValueError(f"unknown encoder_conv_architecture {spec.encoder_conv_architecture!r}; "
-                         f"known: {', '.join(CONV_ARCHITECTURES)}")
-    trunk = CONV_ARCHITECTURES[spec.encoder_conv_architecture](chw[0], spec.nonlinearity)
-    with torch.no_grad():
-        flat = int(trunk(torch.zeros(1, *chw)).shape[1])
-    head = mlp(flat, spec.encoder_conv_mlp_layers, spec.nonlinearity)
-    features = spec.encoder_conv_mlp_layers[-1] if spec.encoder_conv_mlp_layers else flat
-    return nn.Sequential(trunk, head), features
 
 
 def _module_key(key: str) -> str:
@@ -181,8 +124,9 @@ class ObservationEncoder(nn.Module):
         self.convs = nn.ModuleDict()
         self.out_features = 0
         for key in self.image_keys:
-            self.convs[_module_key(key)], features = conv_encoder(widths[key], spec)
-            self.out_features += features
+            conv = ConvEncoder(key, widths[key], spec)
+            self.convs[_module_key(key)] = conv
+            self.out_features += conv.out_features
         self.mlp = None
         if self.vector_keys:
             size = sum(widths[k] for k in self.vector_keys)

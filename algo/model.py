@@ -30,7 +30,8 @@ from torch import nn
 from algo import custom_models
 from algo.core import RecurrentCore
 from algo.distributions import ActionDistribution, make_action_head
-from algo.encoders import ObservationEncoder, ObsPreprocessor, mlp
+from algo.encoders import ObservationEncoder, ObsPreprocessor
+from algo.mlp import mlp
 from algo.normalization import RunningMeanStd
 from algo.observations import is_structured
 from sf_core.config import Config, default

@@ -130,11 +130,14 @@ class Config:
     encoder_mlp_layers: list[int] = flag([512, 512], "model", "Hidden layer sizes of the MLP encoder (1-D and other "
                                          "non-image Box observations, flattened).")
     encoder_conv_architecture: str = flag(
-        "convnet_atari", "model", "Conv encoder for image observations (a Box with 3 dims, [C, H, W] or [H, W, C]): "
-        "convnet_atari is the Nature-DQN CNN (conv 32 8x8/4, 64 4x4/2, 64 3x3/1), resnet_impala the IMPALA "
-        "ResNet (3 stages of conv, max-pool and 2 residual blocks; 16, 32, 32 channels). uint8 images are "
-        "scaled by 1/255.",
-        choices=("convnet_atari", "resnet_impala"),
+        "auto", "model", "Conv encoder for image observations (a Box with 3 dims, [C, H, W] or [H, W, C]): "
+        "convnet_atari is the Nature-DQN CNN (conv 32 8x8/4, 64 4x4/2, 64 3x3/1; images of at least 36x36), "
+        "resnet_impala the IMPALA ResNet (3 stages of conv, max-pool and 2 residual blocks; 16, 32, 32 channels), "
+        "convnet_small three padded 3x3 convs (32, 64, 64 channels) with stride 2 along a side while it is at "
+        "least 8 pixels (any size from 1x1). auto: convnet_atari where it fits, else convnet_small (the choice "
+        "is logged at start); an architecture named explicitly that does not fit the image stops the run. "
+        "uint8 images are scaled by 1/255.",
+        choices=("auto", "convnet_atari", "resnet_impala", "convnet_small"),
     )
     encoder_conv_mlp_layers: list[int] = flag([512], "model", "Fully connected layers after the conv encoder.")
     nonlinearity: str = flag("elu", "model", "Activation function.", choices=("elu", "relu", "tanh"))

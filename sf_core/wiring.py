@@ -16,6 +16,7 @@ import gymnasium as gym
 import torch
 
 from algo.algorithms import algorithm_builder
+from algo.conv_encoders import conv_summaries
 from algo.model import ActorCritic, ModelSpec
 from envs.multi_agent import is_multi_agent, num_agents
 from envs.registry import EnvContext, EnvRegistry
@@ -172,6 +173,8 @@ def initial_model(cfg: Config, obs_space: gym.Space, action_space: gym.Space, se
                   state: dict | None) -> ActorCritic:
     torch.manual_seed(seed)
     model = ActorCritic(obs_space, action_space, ModelSpec.from_config(cfg))
+    for line in conv_summaries(model):  # built here first, so each conv encoder is reported once
+        log.info("conv encoder for %s", line)
     if state is not None:
         try:
             model.load_state_dict(state)
