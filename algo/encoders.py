@@ -97,7 +97,12 @@ class ObsPreprocessor(nn.Module):
             x = obs.reshape(obs.shape[0], -1).float()
             norm = self._plan[0][2]
             return {"obs": norm.normalize(x) if norm is not None else x}
-        raw, out = self._raw(obs), {}
+        return self.prepare_fields(self._raw(obs))
+
+    def prepare_fields(self, raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The same from the fields already unpacked ({key: [B, *shape]} in their stored dtypes): an
+        exported model takes one input per field, since ONNX has no reinterpreting view of bytes."""
+        out = {}
         for key, field, norm in self._plan:
             x = self._unnormalized(key, field, raw[key])
             out[key] = norm.normalize(x) if norm is not None else x

@@ -225,6 +225,14 @@ class ActorCritic(nn.Module):
         params, values = self._heads(outputs)
         return params, values, state
 
+    def step_fields(self, fields: dict[str, torch.Tensor], state: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """step() from observation fields already unpacked (ObsPreprocessor.prepare_fields)."""
+        inputs = self.preprocess.prepare_fields(fields)
+        outputs, state = self._core_step([branch.encode(inputs) for branch in self.branches], state)
+        params, values = self._heads(outputs)
+        return params, values, state
+
     def sequence(self, obs: torch.Tensor, state: torch.Tensor, resets: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         """[L, B] sequences from initial states [B, S]; resets[t] zeroes the state before step t (an

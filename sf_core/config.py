@@ -170,6 +170,16 @@ class Config:
     experiment_summaries_interval: float = flag(2.0, "logging", "Seconds between TensorBoard summaries.")
     report_interval: float = flag(5.0, "logging", "Seconds between console status lines.")
     stats_window: int = flag(100, "logging", "Episodes averaged for the reported mean return.")
+    with_wandb: bool = flag(False, "logging", "Also log to Weights & Biases (the wandb extra): the TensorBoard "
+                            "scalars, the config, and enjoy's video and results. WANDB_MODE=offline writes the run "
+                            "under {train_dir}/{experiment}/wandb/ for a later `wandb sync`.")
+    wandb_user: str = flag("", "logging", "W&B entity (user or team); empty: your default entity.")
+    wandb_project: str = flag("sf_core", "logging", "W&B project.")
+    wandb_group: str = flag("", "logging", "W&B group (e.g. one per sweep); empty: none.")
+    wandb_job_type: str = flag("SF", "logging", "W&B job type.")
+    wandb_tags: list[str] = flag([], "logging", "W&B tags.")
+    wandb_unique_id: str = flag("", "logging", "W&B run id; empty: the experiment's previous run id when it resumes, "
+                                "else a new one (kept in config.json, so enjoy and resumed runs log to the same run).")
 
     # --- system
     device: str = flag("cpu", "system", "Device of the learner and inference workers: cpu, cuda, cuda:N or gpu (falls back to cpu, with a warning, if there is no GPU).")
@@ -312,6 +322,8 @@ def _arg_type(f: dataclasses.Field) -> dict[str, Any]:
         return {"type": float}
     if kind in ("list[int]",):
         return {"type": int, "nargs": "*"}
+    if kind in ("list[str]",):
+        return {"type": str, "nargs": "*"}
     return {"type": str}
 
 

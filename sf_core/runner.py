@@ -24,7 +24,7 @@ from algo.graph import build_graph
 from algo.model import has_fast_bfloat16
 from algo.params import LearningParams
 from envs.registry import EnvRegistry, registry_snapshot
-from sf_core import checkpoint
+from sf_core import checkpoint, wandb_logging
 from sf_core.component import Component, ComponentError, Routing, guarded, reuse_freed_memory
 from sf_core.config import Config, ConfigError
 from sf_core.experiment import Experiment
@@ -57,6 +57,8 @@ class Runner(Component):
         self.launched = launched or time.time()  # train.main passes its own start: torch imports count
         self.seed = cfg.seed if cfg.seed >= 0 else random.randrange(2**31)
         self.cfg = replace(cfg, seed=self.seed)
+        if cfg.with_wandb:  # before config.json is written: it keeps the run id
+            self.cfg = wandb_logging.with_run_id(self.cfg, os.path.join(cfg.train_dir, cfg.experiment))
         self.registry = registry or registry_snapshot(only=cfg.env)
         self.loop = EventLoop("runner_loop", serial_mode=cfg.serial_mode)
         if not cfg.serial_mode:
@@ -177,8 +179,10 @@ class Runner(Component):
             # after the processes start: the TensorBoard writer runs a thread, which a fork must not copy
             start_frames = self.resumed["frames"] if self.resumed else 0
             counts = {"env_step": self.cfg.num_workers, "inference": self.cfg.policy_workers_per_policy, "learner": 1}
-            self._stats = TrainingStats(self.cfg.stats_window, self.experiment.summary_writer(start_frames),
-                                       self.launched, counts)
+            writer = self.experiment.summary_writer(start_frames)
+            if self.cfg.with_wandb:  # like the TensorBoard writer, after the fork: wandb runs a service process
+                writer = wandb_logging.WandbWriter(writer, wandb_logging.init_run(self.cfg, self.experiment.path))
+            self._stats = TrainingStats(self.cfg.stats_window, writer, self.launched, counts)
             if self.resumed:
                 self.stats.restore(self.resumed)
         self.last_summary = self.last_console = self.last_save = time.time()

@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--video_name", default="replay.mp4", help="Video file name inside the experiment folder.")
     p.add_argument("--fps", type=int, default=30, help="Frames per second of the video.")
     p.add_argument("--device", default="cpu", help="Device for the policy.")
+    p.add_argument("--with_wandb", type=str2bool, default=None,
+                   help="Log the results and video to the experiment's W&B run (default: if it trained with W&B).")
     return p
 
 
@@ -79,7 +81,8 @@ def evaluate(args: argparse.Namespace) -> dict:
 
     results = {"episodes": len(returns), "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
                "mean_length": float(np.mean(lengths)), "returns": returns, "lengths": lengths,
-               "checkpoint": ckpt_path, "policy_version": int(state["version"]), "env": env_name,
+               "checkpoint": ckpt_path, "policy_version": int(state["version"]),
+               "env_frames": int(state.get("runner", {}).get("frames", 0)), "env": env_name,
                "deterministic": bool(args.eval_deterministic)}
     if is_multi_agent(env):
         results["agents"] = agents  # which agent of the env played each episode
@@ -89,6 +92,10 @@ def evaluate(args: argparse.Namespace) -> dict:
     with open(tmp, "w") as f:
         json.dump(results, f, indent=2)
     os.replace(tmp, os.path.join(path, "eval_results.json"))
+    if cfg.with_wandb if args.with_wandb is None else args.with_wandb:
+        from sf_core.wandb_logging import log_evaluation
+
+        log_evaluation(cfg, path, results)
     return results
 
 

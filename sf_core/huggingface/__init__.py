@@ -1,0 +1,2 @@
+"""Sharing trained agents on the Hugging Face Hub: `python -m sf_core.huggingface.push_to_hub` and
+`python -m sf_core.huggingface.load_from_hub` (the `huggingface` extra); see docs/sharing.md."""

@@ -1,0 +1,84 @@
+"""The model card (README.md) of an agent on the Hub: YAML metadata the Hub indexes (library, env,
+mean reward ± std in the `model-index` format the RL leaderboards read), then how to load, watch and
+retrain it."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+
+import yaml
+
+from sf_core.config import Config, default
+
+LIBRARY = "sf_core"
+# differ per machine or launch, and do not change what is learned
+UNREPRODUCED = ("experiment", "train_dir", "num_workers", "device", "torch_threads", "mp_start_method", "with_wandb",
+                "wandb_project", "wandb_user", "wandb_group", "wandb_tags", "wandb_job_type", "wandb_unique_id")
+
+
+def train_command(cfg: Config) -> str:
+    """The command that trains this agent again: every flag whose value differs from its default (the
+    env preset's values included, which is harmless: presets never override typed flags)."""
+    parts = ["python", "-m", "sf_core.train"]
+    for f in dataclasses.fields(Config):
+        value = getattr(cfg, f.name)
+        if f.name in UNREPRODUCED or value == default(f.name):
+            continue
+        if isinstance(value, list):
+            parts.append(f"--{f.name}" + "".join(f" {shlex.quote(str(v))}" for v in value))
+        else:
+            parts.append(f"--{f.name}={shlex.quote(str(value))}")
+    return " ".join(parts)
+
+
+def metadata(cfg: Config, results: dict) -> dict:
+    reward = f"{results['mean_return']:.2f} +/- {results['std_return']:.2f}"
+    return {
+        "library_name": LIBRARY,
+        "tags": ["deep-reinforcement-learning", "reinforcement-learning", LIBRARY, cfg.env],
+        "model-index": [{
+            "name": cfg.algo,
+            "results": [{
+                "task": {"type": "reinforcement-learning", "name": "reinforcement-learning"},
+                "dataset": {"name": cfg.env, "type": cfg.env},
+                "metrics": [{"type": "mean_reward", "value": reward, "name": "mean_reward", "verified": False}],
+            }],
+        }],
+    }
+
+
+def model_card(cfg: Config, results: dict, repo_id: str, files: list[str]) -> str:
+    """README.md: metadata front matter, then the agent's results and the commands to use it."""
+    experiment = repo_id.split("/")[-1]
+    front = yaml.safe_dump(metadata(cfg, results), sort_keys=False)
+    video = "![replay](replay.mp4)\n\n" if "replay.mp4" in files else ""
+    curve = "![learning curve](learning_curve.png)\n\n" if "learning_curve.png" in files else ""
+    return f"""---
+{front}---
+
+# {cfg.algo} agent playing {cfg.env}
+
+Trained with sf_core ({cfg.algo}, asynchronous reinforcement learning). Mean return over
+{results['episodes']} evaluation episodes: **{results['mean_return']:.2f} ± {results['std_return']:.2f}**
+(policy version {results.get('policy_version', '?')}, {'deterministic' if results.get('deterministic') else 'sampled'}
+actions).
+
+{video}{curve}## Use it
+
+```bash
+pip install -e ".[huggingface]"          # in a clone of sf_core
+python -m sf_core.huggingface.load_from_hub --hf_repository={repo_id} --train_dir=train_dir
+python -m sf_core.enjoy --experiment={experiment} --train_dir=train_dir
+```
+
+## Train it again
+
+```bash
+{train_command(cfg)} --experiment={experiment}
+```
+
+## Files
+
+{chr(10).join(f"- `{name}`" for name in files)}
+"""

@@ -1,0 +1,132 @@
+"""`python -m sf_core.huggingface.push_to_hub --experiment=NAME --hf_repository=user/name`: share an agent.
+
+Stages what a Hub repository holds (`stage`): config.json, the final checkpoint, eval_results.json,
+replay.mp4, a learning-curve PNG, the exported policy if `python -m sf_core.export` made one, and a
+model card (README.md); then uploads that folder with huggingface_hub (`upload`). `--dry_run=True`
+stops after staging, which is how it is tested without a network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from typing import Sequence
+
+from sf_core import checkpoint
+from sf_core.cli.train import setup_logging
+from sf_core.config import ConfigError, _Parser, str2bool
+from sf_core.experiment import load_config
+from sf_core.huggingface.model_card import model_card
+
+log = logging.getLogger("sf_core")
+
+EVAL_RESULTS, VIDEO, CURVE = "eval_results.json", "replay.mp4", "learning_curve.png"
+
+
+def stage(experiment_path: str, repo_id: str, folder: str, which: str = "latest") -> list[str]:
+    """Fill `folder` with the files the repository gets; returns their paths relative to it."""
+    cfg = load_config(experiment_path)
+    results_path = os.path.join(experiment_path, EVAL_RESULTS)
+    if not os.path.exists(results_path):
+        raise ConfigError(f"{results_path} not found: evaluate first (python -m sf_core.enjoy "
+                          f"--experiment={cfg.experiment} --train_dir=... --save_video=True)")
+    ckpt = checkpoint.find_checkpoint(experiment_path, which)
+    if ckpt is None:
+        raise ConfigError(f"no checkpoint {which!r} in {checkpoint.checkpoint_dir(experiment_path)}")
+    os.makedirs(checkpoint.checkpoint_dir(folder), exist_ok=True)
+    # the name stays: enjoy and resume look for checkpoint_v*_f*.pt after load_from_hub
+    name = os.path.basename(ckpt)
+    if not name.startswith("checkpoint_v"):  # best.pt or a path: named after its version and frames
+        state = checkpoint.load(ckpt)
+        name = checkpoint.PATTERN.format(version=state["version"], frames=state["runner"]["frames"])
+    files = [os.path.join("checkpoint", name)]
+    shutil.copyfile(ckpt, os.path.join(folder, files[0]))
+    for optional in ("config.json", EVAL_RESULTS, VIDEO):
+        if os.path.exists(os.path.join(experiment_path, optional)):
+            shutil.copyfile(os.path.join(experiment_path, optional), os.path.join(folder, optional))
+            files.append(optional)
+    if VIDEO not in files:
+        log.warning("no %s in %s: run python -m sf_core.enjoy with --save_video=True to add one", VIDEO,
+                    experiment_path)
+    files += _learning_curve(experiment_path, folder) + _exported(experiment_path, folder)
+    with open(results_path) as f:
+        results = json.load(f)
+    with open(os.path.join(folder, "README.md"), "w") as f:
+        f.write(model_card(cfg, results, repo_id, files))
+    return ["README.md"] + files
+
+
+def _learning_curve(experiment_path: str, folder: str) -> list[str]:
+    from sf_core.cli.plot import plot
+
+    train_dir, experiment = os.path.split(os.path.normpath(experiment_path))
+    try:
+        plot(train_dir, [experiment], os.path.join(folder, CURVE))
+    except (ConfigError, ImportError) as exc:  # no episode logged yet, or no matplotlib
+        log.warning("no learning curve: %s", exc)
+        return []
+    return [CURVE]
+
+
+def _exported(experiment_path: str, folder: str) -> list[str]:
+    source = os.path.join(experiment_path, "export")
+    if not os.path.isdir(source):
+        return []
+    shutil.copytree(source, os.path.join(folder, "export"), dirs_exist_ok=True)
+    return sorted(os.path.join("export", name) for name in os.listdir(source))
+
+
+def upload(folder: str, repo_id: str, private: bool, api=None) -> str:
+    """Create the repository if needed and upload the staged folder as one commit; returns its URL."""
+    if api is None:
+        from huggingface_hub import HfApi
+
+        api = HfApi()
+    url = api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
+    api.upload_folder(repo_id=repo_id, repo_type="model", folder_path=folder,
+                      commit_message="Upload sf_core agent")
+    return str(url)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m sf_core.huggingface.push_to_hub", description="Push an agent to the Hugging Face Hub.",
+                formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
+    p.add_argument("--experiment", required=True, help="Experiment name.")
+    p.add_argument("--train_dir", default="train_dir", help="Root folder of experiments.")
+    p.add_argument("--hf_repository", required=True, help="Hub repository: user/name (created if missing).")
+    p.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint path.")
+    p.add_argument("--private", type=str2bool, default=False, help="Create the repository as private.")
+    p.add_argument("--staging_dir", default=None, help="Stage the files here and keep them (default: a temporary "
+                   "folder, deleted after the upload).")
+    p.add_argument("--dry_run", type=str2bool, default=False, help="Stage only; upload nothing.")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    setup_logging()
+    try:
+        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        with tempfile.TemporaryDirectory(prefix="sf_core_hub_") as tmp:
+            folder = args.staging_dir or tmp
+            files = stage(os.path.join(args.train_dir, args.experiment), args.hf_repository, folder, args.checkpoint)
+            log.info("staged %d files in %s: %s", len(files), folder, ", ".join(files))
+            if not args.dry_run:
+                log.info("uploaded: %s", upload(folder, args.hf_repository, args.private))
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    except ConfigError as exc:
+        print(f"sf_core.huggingface.push_to_hub: error: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(f"sf_core.huggingface.push_to_hub: error: {exc} (pip install -e '.[huggingface]')", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
