@@ -10,14 +10,15 @@ Phases, one after another on the same machine:
   sample_factory    Sample Factory 2.1.1 with the same configuration, if --sf_python points at a Python
                     that has it installed (a separate venv); otherwise reported as 'not run'
 
-Frames per second exclude a warm-up. For the trainers they come from the status lines printed while
-they run (ours every second, `--report_interval=1`; Sample Factory's every 5 s), not from the final
-summary: the timed window opens at the first status line at least --warmup seconds after the first one
-that shows frames (start-up is reported separately, as time to first frame) and closes at the first
-status line --seconds later; FPS = (frames at close - frames at open) / (time between them). Then the
-trainer is stopped the way Ctrl-C stops it (SIGINT: it finishes cleanly and writes
-training_summary.json); --train_for_seconds is only a safety bound. Raw env phases count env steps in
-[min(warmup, 1 s), that + --seconds] in every process.
+Frames per second exclude a warm-up. For the trainers they come from the progress they report while
+they run, not from the final summary: ours rewrites training_summary.json every second
+(`--experiment_summaries_interval=1`, its own clock and counters; its console lines go to the log),
+Sample Factory prints a status line every 5 s. The timed window opens at the first report at least
+--warmup seconds after the first one that shows frames (start-up is reported separately, as time to
+first frame) and closes at the first report --seconds later; FPS = (frames at close - frames at open)
+/ (time between them). Then the trainer is stopped the way Ctrl-C stops it (SIGINT: it finishes
+cleanly and writes its final training_summary.json); --train_for_seconds is only a safety bound. Raw
+env phases count env steps in [min(warmup, 1 s), that + --seconds] in every process.
 
 Peak memory is the largest sum of RSS (and of PSS, which counts shared pages once) over the phase's
 processes and all their descendants, sampled every 0.5 s.

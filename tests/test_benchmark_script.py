@@ -1,5 +1,5 @@
 """scripts/benchmark.py: a tiny end-to-end run (JSON structure, clean shutdown), and its parts in
-scripts/benchlib/: the trainers' status lines, Sample Factory's command and launcher, the window, the ratios."""
+scripts/benchlib/: reading our trainer's summary file, Sample Factory's console, the window, the ratios."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ def test_tiny_run_writes_every_figure(tmp_path):
     assert results["machine"]["usable_cores"] >= 1 and results["machine"]["cpu_count"] >= 1
     assert results["settings"]["config"]["num_envs_per_worker"] == 4
     assert results["settings"]["config"]["encoder_mlp_layers"] == [32]
+    assert results["settings"]["summary_interval"] == ours.SUMMARY_INTERVAL_SEC
     phases = results["phases"]
     assert list(phases) == ["raw_env_1proc", "raw_env_per_core", "sampling", "training", "training_variant_1",
                             "sample_factory"]  # in the order they ran
@@ -54,12 +55,14 @@ def test_tiny_run_writes_every_figure(tmp_path):
     training = phases["training"]
     assert training["samples_trained_per_s"] > 0
     assert training["window"]["seconds"] > 0 and training["window"]["frames"] > 0
+    # the window's edges are snapshots of training_summary.json, taken while the trainer ran
     assert training["window"]["status_lines"] >= 2 and training["window"]["complete"] is True
     assert 0 < training["time_to_first_frame_trainer_s"] <= training["time_to_first_frame_s"]
-    assert training["summary"]["exit_code"] in (0, 130)
+    assert training["summary"]["exit_code"] in (0, 130) and training["summary"]["running"] is False
     assert training["summary"]["frames"] >= training["window"]["frames"]
     assert training["shm_files_left_behind"] == 0  # ours unlink their shared memory
     assert "--sampling_only=False" in training["command"] and "--sampling_only=True" in phases["sampling"]["command"]
+    assert f"--experiment_summaries_interval={ours.SUMMARY_INTERVAL_SEC:g}" in training["command"]
     variant = phases["training_variant_1"]
     assert variant["label"] == "sf_core training --num_epochs=2 --num_batches_per_epoch=2"
     assert variant["command"].endswith("--restart_behavior=overwrite") and "--num_epochs=2" in variant["command"]
@@ -83,20 +86,108 @@ def test_unusable_sf_python_fails_only_that_phase(tmp_path):
     assert sf["status"] == "failed" and "sample_factory not importable" in sf["error"]
 
 
-# ---------------------------------------------------------------------------------- our trainer's console
+# ---------------------------------------------------------------------------------- our trainer's summary
 
 
-def test_status_line_parser_matches_the_trainer_console_line():
+def write_running_summary(tmp_path, frames: int, trained: int, elapsed: float) -> str:
+    """training_summary.json as the trainer writes it while running (its own stats and writer)."""
+    from sf_core.config import parse_args
+    from sf_core.experiment import Experiment
     from sf_core.stats import TrainingStats
 
-    stats = TrainingStats(window=10, started=time.time() - 12.5)
-    stats.frames, stats.samples_trained = 123_456, 98_304
-    w = watch.Watch(command=[])
-    point = ours.parse_ours("03:49:20 INFO " + stats.console_line(), 13.9, w)
+    cfg, _ = parse_args(["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=e"])
+    experiment = Experiment(cfg)
+    os.makedirs(experiment.path, exist_ok=True)
+    stats = TrainingStats(window=10, started=time.time() - elapsed)
+    stats.frames, stats.samples_trained = frames, trained
+    experiment.write_summary(stats.summary(None, None, running=True))
+    return os.path.join(experiment.path, "training_summary.json")
+
+
+def test_summary_poller_reads_the_trainers_running_summary(tmp_path):
+    path = write_running_summary(tmp_path, 123_456, 98_304, elapsed=12.5)
+    w = watch.Watch(command=[], wall_launched=time.time() - 20)
+    os.utime(path, (w.wall_launched + 13.9, w.wall_launched + 13.9))  # written 13.9 s after launch
+    poller = ours.SummaryPoller(path)
+    point = poller(w)
     assert point is not None
     assert (point.frames, point.trained) == (123_456, 98_304)
     assert point.t == pytest.approx(12.5, abs=0.2)
-    assert w.launch_offset == pytest.approx(1.4, abs=0.2)
+    assert w.launch_offset == pytest.approx(1.4, abs=0.2)  # launch -> the trainer's clock zero
+    assert poller(w) is None  # the same snapshot again is no new point
+
+
+def test_summary_poller_skips_what_is_not_a_fresh_snapshot(tmp_path):
+    path = str(tmp_path / "training_summary.json")
+    w = watch.Watch(command=[], wall_launched=time.time() - 5)
+    poller = ours.SummaryPoller(path)
+    assert poller(w) is None  # not written yet
+    for text in ('{"running": true, "seconds": 3.0, "fra', "[1, 2]", ""):  # a torn or foreign file
+        with open(path, "w") as f:
+            f.write(text)
+        assert ours.read_summary(path) is None and poller(w) is None
+    with open(path, "w") as f:
+        json.dump({"running": True, "seconds": 3.0, "frames": 10, "samples_trained": 0}, f)
+    os.utime(path, (w.wall_launched - 60, w.wall_launched - 60))
+    assert poller(w) is None  # a previous run's file, before the trainer replaced it
+    assert ours.read_summary(path) is not None
+    os.utime(path, None)
+    assert poller(w) == Point(t=3.0, frames=10, trained=0)
+    with open(path, "w") as f:  # the final summary: its clock includes the shutdown
+        json.dump({"running": False, "exit_code": 130, "seconds": 9.0, "frames": 90, "samples_trained": 0}, f)
+    assert poller(w) is None
+    assert ours.snapshot_point({"running": True, "seconds": 1.0}) is None  # counters missing
+
+
+def test_our_result_needs_the_final_summary():
+    points = [Point(t=float(t), frames=1000 * t, trained=500 * t) for t in range(1, 8)]
+    w = watch.Watch(command=[], points=points, first_frames_t=1.0, window_covered=True, exit_code=130,
+                    launch_offset=1.25)
+    final = {"running": False, "exit_code": 130, "error": None, "time_to_first_frame": 0.75}
+    result = ours.our_result(w, final, warmup=1.0, seconds=4.0, command="cmd")
+    assert result["status"] == "ok"
+    assert result["fps"] == pytest.approx(1000) and result["samples_trained_per_s"] == pytest.approx(500)
+    assert result["time_to_first_frame_s"] == pytest.approx(2.0) and result["launch_to_trainer_clock_s"] == 1.25
+
+    killed = ours.our_result(w, {**final, "running": True}, warmup=1.0, seconds=4.0, command="cmd")
+    assert killed["status"] == "failed" and "still says running" in killed["error"]
+    missing = ours.our_result(w, None, warmup=1.0, seconds=4.0, command="cmd")
+    assert missing["status"] == "failed" and missing["error"] == "no training_summary.json"
+    w.exit_code = 1
+    crashed = ours.our_result(w, {**final, "exit_code": 1}, warmup=1.0, seconds=4.0, command="cmd")
+    assert crashed["status"] == "failed" and crashed["error"] == "exit code 1"
+
+
+FAKE_TRAINER = """
+import json, os, signal, sys, time
+path, started, frames = sys.argv[1], time.time(), 0
+signal.signal(signal.SIGINT, lambda *_: (write(False, 130), sys.exit(130)))
+def write(running, code=None):
+    with open(path + ".tmp", "w") as f:
+        json.dump({"running": running, "exit_code": code, "seconds": time.time() - started,
+                   "frames": frames, "samples_trained": frames // 2}, f)
+    os.replace(path + ".tmp", path)
+while time.time() - started < 60:
+    frames += 100
+    write(True)
+    print("status", frames, flush=True)
+    time.sleep(0.1)
+"""
+
+
+def test_watch_process_stops_a_trainer_once_its_summaries_cover_the_window(tmp_path):
+    path = str(tmp_path / "training_summary.json")
+    command = [sys.executable, "-c", FAKE_TRAINER, path]
+    w = watch.watch_process(command, watch.Timing(warmup=0.3, seconds=0.8, startup_timeout=30),
+                            str(tmp_path / "fake.log"), poll=ours.SummaryPoller(path))
+    assert w.window_covered and w.stopped_by == "benchmark: SIGINT after the timed window"
+    assert w.exit_code == 130 and w.wall_seconds < 20 and not w.killed
+    assert 0 <= w.launch_offset < w.wall_seconds  # the fake's clock starts after its interpreter's start-up
+    rates = window.window_rates(w.points, w.first_frames_t, 0.3, 0.8)
+    assert rates["window"]["complete"] and rates["fps"] > 0
+    assert rates["trained_per_s"] == pytest.approx(rates["fps"] / 2, rel=0.05)
+    assert ours.read_summary(path)[0]["running"] is False
+    assert "\nstatus 100\n" in (tmp_path / "fake.log").read_text()  # the console still goes to the log
 
 
 # ---------------------------------------------------------------------------------- Sample Factory

@@ -4,7 +4,7 @@ proctree        memory sampling over a process tree; killing it and removing its
 window          progress reports (points) reduced to the timed window's rates
 watch           running one trainer subprocess and stopping it once the window is covered
 raw_env         the raw env-stepping baseline phases
-ours            our trainer's phases (sampling, training, variants)
+ours            our trainer's phases (sampling, training, variants), read from training_summary.json
 sample_factory  the Sample Factory 2.1.1 phase (run with its own interpreter, scripts/sf_launcher.py)
 report          machine description, ratios, the table and the JSON file
 """

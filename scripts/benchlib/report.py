@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from .ours import REPORT_INTERVAL_SEC
+from .ours import REPORT_INTERVAL_SEC, SUMMARY_INTERVAL_SEC
 from .proctree import MB, MEMORY_SAMPLE_SEC
 
 if TYPE_CHECKING:
@@ -26,8 +26,9 @@ CONFIG_KEYS = ("env", "num_workers", "num_envs_per_worker", "worker_num_splits",
 NOTES = [
     "frames/s: env frames per second inside the timed window; raw phases count env.step calls "
     "(resets after episode ends are included in the time, not counted as frames)",
-    "trainers: the timed window runs from the first status line at least --warmup s after the first "
-    "one with frames > 0 to the first status line --seconds later (our trainer's own clock; SF's log "
+    "trainers: the timed window runs from the first progress report at least --warmup s after the first "
+    "one with frames > 0 to the first report --seconds later; ours reports in training_summary.json "
+    "(rewritten every summary_interval s, on the trainer's own clock), SF in its status lines (its log "
     "timestamps); the run is then stopped with SIGINT (exit code 130 for ours, 2 for SF, is expected)",
     "time_to_first_frame_s: from the launch of the process (interpreter start-up and imports "
     "included); time_to_first_frame_trainer_s is the trainer's own figure, from its Runner's start",
@@ -69,7 +70,8 @@ def new_results(args: argparse.Namespace, cfg: Config, cfg_argv: list[str], extr
         "machine": machine_info(),
         "settings": {"env": args.env, "seconds": args.seconds, "warmup": args.warmup,
                      "raw_warmup": raw_warmup, "raw_processes": raw_processes,
-                     "report_interval": REPORT_INTERVAL_SEC, "memory_sample_interval": MEMORY_SAMPLE_SEC,
+                     "report_interval": REPORT_INTERVAL_SEC, "summary_interval": SUMMARY_INTERVAL_SEC,
+                     "memory_sample_interval": MEMORY_SAMPLE_SEC,
                      "trainer_flags": cfg_argv, "extra": extra, "sf_extra": args.sf_extra_flags,
                      "phases": phases_wanted,
                      "config": {k: resolved[k] for k in CONFIG_KEYS if k in resolved}},

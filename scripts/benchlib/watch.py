@@ -1,7 +1,8 @@
-"""Running one trainer subprocess: follow its status lines, stop it once the timed window is covered.
+"""Running one trainer subprocess: follow its progress, stop it once the timed window is covered.
 
 The trainer is stopped the way Ctrl-C stops it (SIGINT: it finishes cleanly and writes its final
-summary), because a killed trainer reports nothing about how it ended.
+summary), because a killed trainer reports nothing about how it ended. Its progress comes either from
+its console (a line parser: Sample Factory) or from a file it rewrites (a poller: ours).
 """
 
 from __future__ import annotations
@@ -20,15 +21,15 @@ from .window import WINDOW_TOLERANCE_SEC, Point
 
 STOP_GRACE_SEC = 30.0  # after SIGINT, how long a trainer may take to shut down before it is killed
 # How long past the end of the window a run may go on without covering it before it counts as stalled:
-# sized for the coarser status lines, three of Sample Factory's 5-second status intervals, plus a margin
+# sized for the coarsest reporter, three of Sample Factory's 5-second status intervals, plus a margin
 STALL_SEC = 3 * 5.0 + 30
 OUTPUT_OPEN_AFTER_EXIT_SEC = 5.0  # a descendant holding the pipe open after the trainer exited
-LINE_WAIT_SEC = 0.25  # the longest the loop sleeps between checks of the process
+LINE_WAIT_SEC = 0.25  # the longest the loop sleeps, so a polled report is read this late at most
 
 
 @dataclass
 class Watch:
-    """What one trainer subprocess printed and how it ended."""
+    """What one trainer subprocess reported and how it ended."""
 
     command: list[str]
     points: list[Point] = field(default_factory=list)
@@ -56,11 +57,13 @@ class Timing:
 
 
 LineParser = Callable[[str, float, Watch], "Point | None"]  # (line, seconds since launch, watch)
+Poller = Callable[[Watch], "Point | None"]  # a new report since the last call, if any
 
 
-def watch_process(command: list[str], timing: Timing, log_path: str, parse_line: LineParser,
-                  cwd: str | None = None, env: dict | None = None, echo: bool = False) -> Watch:
-    """Run `command`, parse its output into points, stop it (SIGINT) once the timed window is covered.
+def watch_process(command: list[str], timing: Timing, log_path: str, parse_line: LineParser | None = None,
+                  poll: Poller | None = None, cwd: str | None = None, env: dict | None = None,
+                  echo: bool = False) -> Watch:
+    """Run `command`, collect its reports into points, stop it (SIGINT) once the timed window is covered.
 
     Every output line goes to `log_path`. Whatever happens (error, timeout, Ctrl-C of the benchmark),
     the process and all its descendants are gone when this returns or raises.
@@ -77,7 +80,7 @@ def watch_process(command: list[str], timing: Timing, log_path: str, parse_line:
     try:
         with open(log_path, "w") as log:
             log.write("$ " + shlex.join(command) + "\n")
-            _Follower(proc, w, timing, launched, parse_line).follow(lines, log, echo)
+            _Follower(proc, w, timing, launched, parse_line, poll).follow(lines, log, echo)
     finally:
         try:
             _ask_to_stop(proc)
@@ -93,12 +96,12 @@ class _Follower:
     """The watch loop's state: where the window starts, when SIGINT went out, when the process exited."""
 
     def __init__(self, proc: subprocess.Popen, w: Watch, timing: Timing, launched: float,
-                 parse_line: LineParser):
+                 parse_line: LineParser | None, poll: Poller | None):
         self.proc, self.w, self.timing, self.launched = proc, w, timing, launched
-        self.parse_line = parse_line
+        self.parse_line, self.poll = parse_line, poll
         self.sigint_at: float | None = None
         self.exited_at: float | None = None
-        self.window_start: float | None = None  # the first status line at or after the end of the warm-up
+        self.window_start: float | None = None  # the first report at or after the end of the warm-up
 
     def follow(self, lines: queue.Queue, log: IO[str], echo: bool) -> None:
         while True:
@@ -109,6 +112,8 @@ class _Follower:
             now = time.monotonic() - self.launched
             if line:
                 self._on_line(line, read_at - self.launched, now, log, echo)
+            if self.poll is not None:
+                self._add(self.poll(self.w), now)
             if line is None:  # output closed: the process is exiting
                 try:
                     self.proc.wait(timeout=STOP_GRACE_SEC)
@@ -123,7 +128,8 @@ class _Follower:
         self.w.lines.append(line)
         if echo:
             print("    | " + line, flush=True)
-        self._add(self.parse_line(line, read_t, self.w), now)
+        if self.parse_line is not None:
+            self._add(self.parse_line(line, read_t, self.w), now)
 
     def _add(self, point: Point | None, now: float) -> None:
         if point is None:
@@ -152,7 +158,7 @@ class _Follower:
                      else w.first_frames_t + timing.warmup + timing.seconds + STALL_SEC)
             if now > limit:
                 w.stopped_by = (f"benchmark: SIGINT, no frames after {timing.startup_timeout:.0f}s"
-                                if w.first_frames_t is None else "benchmark: SIGINT, status lines stopped")
+                                if w.first_frames_t is None else "benchmark: SIGINT, status reports stopped")
                 self._interrupt(now)
         elif now - self.sigint_at > STOP_GRACE_SEC:
             w.stopped_by += f"; killed, still running {STOP_GRACE_SEC:.0f}s after SIGINT"

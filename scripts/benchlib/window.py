@@ -1,8 +1,8 @@
-"""The timed window: a trainer's status lines reduced to frames/s and samples trained/s.
+"""The timed window: a trainer's progress reports reduced to frames/s and samples trained/s.
 
-A trainer prints its progress every so often; each status line is a Point. The window excludes
-start-up and warm-up, and its edges are status lines, so the figures are differences of the trainer's
-own counters over the trainer's own clock.
+A trainer reports its progress every so often (ours in training_summary.json, Sample Factory in a
+console line); each report is a Point. The window excludes start-up and warm-up, and its edges are
+reports, so the figures are differences of the trainer's own counters over the trainer's own clock.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-WINDOW_TOLERANCE_SEC = 0.05  # a status line this early still ends the timed window
+WINDOW_TOLERANCE_SEC = 0.05  # a report this early still ends the timed window
 
 
 @dataclass
 class Point:
-    """One status line of a trainer."""
+    """One progress report of a trainer."""
 
     t: float  # seconds since launch of the subprocess (on the trainer's own clock where it reports one)
     frames: int
@@ -28,10 +28,10 @@ def window_rates(points: list[Point], first_t: float | None, warmup: float, seco
     the first point `seconds` later (the one the run was stopped on), or to the last point of all if the
     run ended early."""
     if first_t is None:
-        return {"error": "no status line with frames > 0"}
+        return {"error": "no status report with frames > 0"}
     inside = [p for p in points if p.t >= first_t + warmup - 1e-9]
     if len(inside) < 2:
-        return {"error": f"fewer than 2 status lines after the warm-up ({len(inside)})"}
+        return {"error": f"fewer than 2 status reports after the warm-up ({len(inside)})"}
     first = inside[0]
     end_t = first.t + seconds - WINDOW_TOLERANCE_SEC
     last = next((p for p in inside[1:] if p.t >= end_t), inside[-1])
@@ -43,6 +43,7 @@ def window_rates(points: list[Point], first_t: float | None, warmup: float, seco
     return {
         "fps": (last.frames - first.frames) / dt,
         "trained_per_s": (last.trained - first.trained) / dt,
+        # "status_lines" predates the summary-file reports; the key stays for existing result readers
         "window": {"start_s": round(first.t, 3), "end_s": round(last.t, 3), "seconds": round(dt, 3),
                    "frames": last.frames - first.frames, "trained": last.trained - first.trained,
                    "status_lines": len(used), "complete": last.t >= end_t},
