@@ -1,0 +1,14 @@
+"""The parts of scripts/benchmark.py, one concept per module.
+
+proctree        memory sampling over a process tree; killing it and removing its /dev/shm files
+window          progress reports (points) reduced to the timed window's rates
+watch           running one trainer subprocess and stopping it once the window is covered
+raw_env         the raw env-stepping baseline phases
+ours            our trainer's phases (sampling, training, variants), read from training_summary.json
+sample_factory  the Sample Factory 2.1.1 phase (run with its own interpreter, scripts/sf_launcher.py)
+report          machine description, ratios, the table and the JSON file
+"""
+
+import os
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
