@@ -85,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", action="append", default=[],
                    help='one more training phase of ours with these flags added, in the same run (repeatable): '
                         '--variant="--mixed_precision=True"')
+    p.add_argument("--baseline_repo", help="a checkout of another commit (e.g. `git worktree add ../base HEAD~1`): "
+                                           "its trainer runs the training phase too, right after ours, in the same "
+                                           "run (training_baseline; ratio training_vs_baseline). It must write "
+                                           "training_summary.json while running, as this version does")
     p.add_argument("--phases", default=",".join(ALL_PHASES),
                    help=f"comma-separated subset of {','.join(ALL_PHASES)}")
     p.add_argument("--raw_processes", type=int, help="processes of the per-core raw phase (default: usable cores)")
@@ -141,6 +145,10 @@ class Benchmark:
             self.phase("sampling", lambda: self.ours("sampling", self.extra, sampling_only=True))
         if "training" in wanted:
             self.phase("training", lambda: self.ours("training", self.extra, sampling_only=False))
+            if args.baseline_repo:
+                self.phase("training_baseline", lambda: run_ours("training_baseline", args, self.cfg_argv, self.extra,
+                                                                 self.work_dir, False, repo=args.baseline_repo),
+                           label=f"sf_core training from {args.baseline_repo}")
             for i, variant in enumerate(args.variant, 1):
                 name, flags = f"training_variant_{i}", shlex.split(variant)
                 self.phase(name, lambda: self.ours(name, self.extra + flags, sampling_only=False),
@@ -187,6 +195,8 @@ def check_args(args: argparse.Namespace) -> None:
     if args.seconds <= 0 or args.warmup < 0:
         raise SystemExit("benchmark: --seconds must be > 0 and --warmup >= 0")
     args.sf_extra_flags = [flag for chunk in args.sf_extra for flag in shlex.split(chunk)]
+    if args.baseline_repo and not os.path.exists(os.path.join(args.baseline_repo, "sf_core", "runner.py")):
+        raise SystemExit(f"benchmark: --baseline_repo={args.baseline_repo} is not a checkout of sf_core")
 
 
 def print_summary(results: dict, args: argparse.Namespace, work_dir: str) -> None:
@@ -195,6 +205,8 @@ def print_summary(results: dict, args: argparse.Namespace, work_dir: str) -> Non
     r = results["ratios"]
     if r.get("training_vs_sf") is not None:
         print(f"ours/SF training frames/s: {r['training_vs_sf']:.2f}")
+    if r.get("training_vs_baseline") is not None:
+        print(f"ours/{args.baseline_repo} training frames/s: {r['training_vs_baseline']:.2f}")
     for i, variant in enumerate(args.variant, 1):
         if r.get(f"training_variant_{i}_vs_sf") is not None:
             print(f"ours ({variant})/SF training frames/s: {r[f'training_variant_{i}_vs_sf']:.2f}")

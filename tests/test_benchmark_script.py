@@ -35,7 +35,8 @@ def test_tiny_run_writes_every_figure(tmp_path):
     # a warm-up past the learner's first update: under load the first 1-2 s can be a stall (no new frames)
     proc = run_script(["--seconds=2", "--warmup=2", "--num_workers=1", "--num_envs_per_worker=4",
                        "--worker_num_splits=2", "--rollout=16", "--batch_size=128", "--encoder_mlp_layers", "32",
-                       "--variant=--num_epochs=2 --num_batches_per_epoch=2", f"--output={out}"], timeout=180)
+                       "--variant=--num_epochs=2 --num_batches_per_epoch=2", f"--baseline_repo={REPO}",
+                       f"--output={out}"], timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert time.time() - started < 150
     results = json.loads(out.read_text())
@@ -46,9 +47,10 @@ def test_tiny_run_writes_every_figure(tmp_path):
     assert results["settings"]["config"]["encoder_mlp_layers"] == [32]
     assert results["settings"]["summary_interval"] == ours.SUMMARY_INTERVAL_SEC
     phases = results["phases"]
-    assert list(phases) == ["raw_env_1proc", "raw_env_per_core", "sampling", "training", "training_variant_1",
-                            "sample_factory"]  # in the order they ran
-    for name in ("raw_env_1proc", "raw_env_per_core", "sampling", "training", "training_variant_1"):
+    assert list(phases) == ["raw_env_1proc", "raw_env_per_core", "sampling", "training", "training_baseline",
+                            "training_variant_1", "sample_factory"]  # in the order they ran
+    for name in ("raw_env_1proc", "raw_env_per_core", "sampling", "training", "training_baseline",
+                 "training_variant_1"):
         assert phases[name]["status"] == "ok", phases[name]
         assert phases[name]["fps"] > 0
         assert phases[name]["peak_rss_mb"] > 0
@@ -65,6 +67,9 @@ def test_tiny_run_writes_every_figure(tmp_path):
     assert training["shm_files_left_behind"] == 0  # ours unlink their shared memory
     assert "--sampling_only=False" in training["command"] and "--sampling_only=True" in phases["sampling"]["command"]
     assert f"--experiment_summaries_interval={ours.SUMMARY_INTERVAL_SEC:g}" in training["command"]
+    assert results["ratios"]["training_vs_baseline"] == pytest.approx(
+        training["fps"] / phases["training_baseline"]["fps"], abs=1e-4)
+    assert phases["training_baseline"]["label"] == f"sf_core training from {REPO}"
     variant = phases["training_variant_1"]
     assert variant["label"] == "sf_core training --num_epochs=2 --num_batches_per_epoch=2"
     assert variant["command"].endswith("--restart_behavior=overwrite") and "--num_epochs=2" in variant["command"]

@@ -89,16 +89,17 @@ def our_command(python: str, cfg_argv: list[str], extra: list[str], train_dir: s
 
 
 def run_ours(name: str, args: argparse.Namespace, cfg_argv: list[str], extra: list[str], work_dir: str,
-             sampling_only: bool) -> dict:
-    """One phase of our trainer: run it until the window is covered, then its figures and how it ended."""
+             sampling_only: bool, repo: str = REPO) -> dict:
+    """One phase of our trainer: run it until the window is covered, then its figures and how it ended.
+    `repo`: the checkout whose sf_core runs (another commit's, for a before/after comparison)."""
     bound = args.startup_timeout + args.warmup + args.seconds + 60  # safety only: we stop it ourselves
     train_dir, experiment = os.path.join(work_dir, "train_dir"), f"bench_{name}"
     command = our_command(args.python, cfg_argv, extra, train_dir, experiment, sampling_only, bound)
     env = dict(os.environ, PYTHONUNBUFFERED="1",
-               PYTHONPATH=REPO + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
+               PYTHONPATH=repo + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
     summary_path = os.path.join(train_dir, experiment, SUMMARY_FILE)
     w = watch_process(command, Timing(args.warmup, args.seconds, args.startup_timeout),
-                      os.path.join(work_dir, f"{name}.log"), poll=SummaryPoller(summary_path), cwd=REPO, env=env,
+                      os.path.join(work_dir, f"{name}.log"), poll=SummaryPoller(summary_path), cwd=repo, env=env,
                       echo=args.verbose)
     got = read_summary(summary_path, since=w.wall_launched)
     return our_result(w, got[0] if got else None, args.warmup, args.seconds, shlex.join(command))

@@ -105,6 +105,7 @@ def compute_ratios(phases: dict) -> dict:
         "training_samples_trained_vs_sf": ratio(train_trained, sf_trained),
         "sampling_vs_sf": ratio(fps.get("sampling"), sf_fps),
         "sf_vs_ceiling": ratio(sf_fps, ceiling),
+        "training_vs_baseline": ratio(fps.get("training"), fps.get("training_baseline")),
         **{f"{name}_vs_sf": ratio(fps.get(name), sf_fps) for name in phases if name.startswith("training_variant")},
     }
 
