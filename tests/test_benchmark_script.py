@@ -79,7 +79,7 @@ def test_tiny_run_writes_every_figure(tmp_path):
     ratios = results["ratios"]
     assert ratios["training_vs_raw_1proc"] > 0 and ratios["sampling_vs_ceiling"] > 0
     assert ratios["training_vs_sf"] is None and ratios["training_variant_1_vs_sf"] is None
-    assert len(results["commands"]) == 5
+    assert len(results["commands"]) == 6  # raw 1 and per core, sampling, training, baseline, variant
     assert any("sf_core training" in line for line in results["table"])
     assert any(line.startswith("sf_core training --num_epochs=2") for line in results["table"])
     assert "frames/s" in proc.stdout
