@@ -31,7 +31,7 @@ from sf_core.experiment import Experiment
 from sf_core.sample import BATCH_KEYS
 from sf_core.signals import SAVE_CHECKPOINT, STOP, Report, Signal
 from sf_core.stats import TrainingStats
-from sf_core.wiring import Topology, build_components, initial_model, probe_spaces
+from sf_core.wiring import Topology, build_components, check_user_code, initial_model, probe_spaces
 from signal_slot.signal_slot import EventLoop, Timer
 
 log = logging.getLogger("sf_core")
@@ -87,7 +87,7 @@ class Runner(Component):
     def _build(self, resume: bool = False, start_method: str | None = None) -> None:
         cfg = self.cfg if start_method is None else replace(self.cfg, mp_start_method=start_method)
         if not cfg.serial_mode:
-            self.registry.check_picklable()
+            check_user_code(cfg, self.registry)
         # the algorithm's graph is checked here, so a broken one fails before any process starts
         build_graph(algorithm_builder(cfg.algo)(LearningParams.from_config(cfg)).nodes, BATCH_KEYS)
         obs_space, action_space, agents_per_env = probe_spaces(cfg, self.registry, self.seed)
