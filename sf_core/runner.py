@@ -28,6 +28,7 @@ from sf_core import checkpoint
 from sf_core.component import Component, ComponentError, Routing, guarded, reuse_freed_memory
 from sf_core.config import Config, ConfigError
 from sf_core.experiment import Experiment
+from sf_core.progress import Progress
 from sf_core.sample import BATCH_KEYS
 from sf_core.signals import SAVE_CHECKPOINT, STOP, Report, Signal
 from sf_core.stats import TrainingStats
@@ -65,6 +66,7 @@ class Runner(Component):
         self.experiment = Experiment(self.cfg)
         self.topology = Topology()
         self._stats: TrainingStats | None = None  # made once the processes run (its writer has a thread)
+        self.progress: Progress | None = None  # the console's bar, on a terminal (made with the stats)
         self.resumed: dict | None = None  # the runner counters of the checkpoint we resumed from
         self.exit_code: int | None = None
         self.error: str | None = None
@@ -181,6 +183,7 @@ class Runner(Component):
                                        self.launched, counts)
             if self.resumed:
                 self.stats.restore(self.resumed)
+            self.progress = Progress(self.cfg, self.launched)
         self.last_summary = self.last_console = self.last_save = time.time()
 
     def _restart_components(self) -> bool:
@@ -232,6 +235,8 @@ class Runner(Component):
             stats.write_summaries()
             self.experiment.write_summary(stats.summary(None, None, running=True))  # read live by benchmarks
             self.last_summary = now
+        if self.progress is not None:
+            self.progress.update(stats.frames, now)
         if now - self.last_console >= cfg.report_interval:
             log.info(stats.console_line())
             self.last_console = now
@@ -360,6 +365,8 @@ class Runner(Component):
                 proc.join(timeout=2.0)
 
     def _close(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
         if self._stats is None:
             return
         self.stats.write_summaries()
