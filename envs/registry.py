@@ -14,7 +14,7 @@ lambda, a closure or a notebook's function works as well as a module-level funct
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import gymnasium as gym
 
@@ -46,7 +46,7 @@ class EnvNotFoundError(ValueError):
 
 
 class EnvRegistry:
-    def __init__(self, factories: dict[str, EnvFactory] | None = None):
+    def __init__(self, factories: Mapping[str, EnvFactory] | None = None):
         self.factories: dict[str, UserCode] = {}
         for name, factory in (factories or {}).items():
             self.register(name, factory)
