@@ -17,6 +17,7 @@ import torch
 from algo import nodes as n
 from algo.graph import ModelSlot, Node
 from algo.params import LearningParams
+from sf_core.user_code import user_code
 
 
 @dataclass
@@ -96,8 +97,9 @@ _ALGORITHMS: dict[str, AlgorithmBuilder] = {"APPO": appo, "PPO": ppo, "REINFORCE
 
 
 def register_algorithm(name: str, builder: AlgorithmBuilder) -> None:
-    """Make `--algo=name` build its graph with `builder(params)` (a module-level function)."""
-    _ALGORITHMS[name] = builder
+    """Make `--algo=name` build its graph with `builder(params)`, in the learner's process (any callable:
+    a lambda or a notebook's function travels there by value)."""
+    _ALGORITHMS[name] = user_code(builder, f"the algorithm registered as {name!r}")
 
 
 def algorithm_builder(name: str) -> AlgorithmBuilder:

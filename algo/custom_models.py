@@ -21,12 +21,15 @@ Factories (a class or a function) take:
 `spec` is the `algo.model.ModelSpec` (all model flags). Selected with `--encoder_custom`,
 `--core_custom`, `--decoder_custom`. The trainer resolves the name in the process that parses the
 flags and hands the factory itself to every component, so registering at the top of your training
-script is enough in every start method (define the factory at module level so it pickles).
+script (or in a notebook cell) is enough in every start method: a lambda, a closure or a class defined
+in a notebook travels to the worker processes by value (sf_core/user_code.py).
 """
 
 from __future__ import annotations
 
 from typing import Callable
+
+from sf_core.user_code import user_code
 
 KINDS = ("encoder", "core", "decoder")
 _FACTORIES: dict[str, dict[str, Callable]] = {kind: {} for kind in KINDS}
@@ -35,7 +38,7 @@ _FACTORIES: dict[str, dict[str, Callable]] = {kind: {} for kind in KINDS}
 def register_model_component(kind: str, name: str, factory: Callable) -> None:
     if kind not in KINDS:
         raise ValueError(f"unknown model component kind {kind!r}; known: {', '.join(KINDS)}")
-    _FACTORIES[kind][name] = factory
+    _FACTORIES[kind][name] = user_code(factory, f"the {kind} registered as {name!r}")
 
 
 def register_encoder(name: str, factory: Callable) -> None:

@@ -7,14 +7,14 @@ anything else to `gymnasium.make`.
 
 Worker processes do not inherit module globals under the `spawn` start method, so the runner takes a
 snapshot of the registry (`registry_snapshot`) and ships it to every component; workers build envs
-from that snapshot, never from the global.
+from that snapshot, never from the global. Factories travel as `sf_core.user_code.UserCode`, so a
+lambda, a closure or a notebook's function works as well as a module-level function.
 """
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import gymnasium as gym
 
@@ -22,6 +22,7 @@ from envs.mujoco import is_mujoco_name, make_mujoco_env
 
 if TYPE_CHECKING:
     from sf_core.config import Config
+    from sf_core.user_code import UserCode
 
 
 @dataclass(frozen=True)
@@ -45,13 +46,18 @@ class EnvNotFoundError(ValueError):
 
 
 class EnvRegistry:
-    def __init__(self, factories: dict[str, EnvFactory] | None = None):
-        self.factories: dict[str, EnvFactory] = dict(factories or {})
+    def __init__(self, factories: Mapping[str, EnvFactory] | None = None):
+        self.factories: dict[str, UserCode] = {}
+        for name, factory in (factories or {}).items():
+            self.register(name, factory)
 
     def register(self, name: str, factory: EnvFactory) -> None:
+        # imported here: sf_core's package imports this module, so a module-level import would be circular
+        from sf_core.user_code import user_code
+
         if not callable(factory):
             raise TypeError(f"register_env({name!r}, ...): factory must be callable, got {type(factory)}")
-        self.factories[name] = factory
+        self.factories[name] = user_code(factory, f"the factory registered for env {name!r}")
 
     def make(self, name: str, cfg: Config, ctx: EnvContext) -> gym.Env:
         if name in self.factories:
@@ -80,15 +86,10 @@ class EnvRegistry:
             ) from None
 
     def check_picklable(self) -> None:
-        """Factories travel to worker processes by pickling; fail early with a clear message."""
-        for name, factory in self.factories.items():
-            try:
-                pickle.dumps(factory)
-            except Exception as exc:
-                raise ValueError(
-                    f"the factory registered for env {name!r} cannot be sent to worker processes ({exc}); "
-                    f"define it as a module-level function (not a lambda or closure)"
-                ) from None
+        """Factories travel to worker processes by pickling (by value where need be); fail early, naming
+        the one that cannot travel at all."""
+        for factory in self.factories.values():
+            factory.check()
 
 
 def _make_atari(name: str, cfg: Config, ctx: EnvContext) -> gym.Env:

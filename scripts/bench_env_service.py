@@ -32,6 +32,7 @@ import statistics  # noqa: E402
 import gymnasium as gym  # noqa: E402
 import zmq  # noqa: E402
 
+from sf_core.config import add_bool_argument  # noqa: E402
 from sf_core.service.env_pool import EnvPool, PooledEnv  # noqa: E402
 from sf_core.service.remote_env import RemoteEnv  # noqa: E402
 
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--env", default="CartPole-v1")
     p.add_argument("--steps", type=int, default=20_000)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--pooled", action="store_true", help="Through PooledEnv (the trainer's path), not RemoteEnv.")
+    add_bool_argument(p, "pooled", False, "Through PooledEnv (the trainer's path), not RemoteEnv.")
     args = p.parse_args(argv)
 
     local = gym.make(args.env)

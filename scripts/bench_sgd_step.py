@@ -32,7 +32,7 @@ from algo.nodes import _ppo_policy_loss, _sgd_step  # noqa: E402
 from algo.params import LearningParams  # noqa: E402
 from envs.registry import EnvContext, registry_snapshot  # noqa: E402
 from sf_core.component import reuse_freed_memory  # noqa: E402
-from sf_core.config import parse_args  # noqa: E402
+from sf_core.config import add_bool_argument, parse_args  # noqa: E402
 
 
 def best_ms(fn, repeats: int = 3, calls: int = 5) -> float:
@@ -50,9 +50,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="CartPole-v1")
     p.add_argument("--flags", default="", help="more trainer flags, as one string")
-    p.add_argument("--mixed_precision", action="store_true", help="bf16 autocast, as --mixed_precision=True")
-    p.add_argument("--default_malloc", action="store_true", help="leave glibc's allocator settings alone")
-    p.add_argument("--unfused_adam", action="store_true", help="torch's per-parameter Adam instead of the fused one")
+    add_bool_argument(p, "mixed_precision", False, "bf16 autocast, as the trainer's --mixed_precision=True")
+    add_bool_argument(p, "default_malloc", False, "leave glibc's allocator settings alone")
+    add_bool_argument(p, "unfused_adam", False, "torch's per-parameter Adam instead of the fused one")
     p.add_argument("--inference_batch", type=int, default=64)
     args = p.parse_args()
     torch.set_num_threads(1)

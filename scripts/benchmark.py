@@ -62,6 +62,8 @@ ALL_PHASES = ("raw", "sampling", "training", "sf")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from sf_core.config import add_bool_argument
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="CartPole-v1", help="gymnasium id (or name registered with sf_core)")
     p.add_argument("--num_workers", type=int, help="rollout workers (default: the trainer's)")
@@ -95,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--startup_timeout", type=float, default=120.0, help="seconds a trainer may take to its 1st frame")
     p.add_argument("--python", default=sys.executable, help="interpreter that runs sf_core.train")
     p.add_argument("--work_dir", help="where train dirs and logs go (default: a temp dir, removed at the end)")
-    p.add_argument("--verbose", action="store_true", help="echo the trainers' output")
+    add_bool_argument(p, "verbose", False, "echo the trainers' output")
     return p
 
 

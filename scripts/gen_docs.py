@@ -28,7 +28,7 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from sf_core import signals  # noqa: E402
-from sf_core.config import GROUPS, Config  # noqa: E402
+from sf_core.config import GROUPS, Config, add_bool_argument  # noqa: E402
 from sf_core.presets import PRESETS  # noqa: E402
 from sf_core.sample import FIELDS  # noqa: E402
 
@@ -48,8 +48,10 @@ HEADER = """\
      Do not edit by hand: run `python scripts/gen_docs.py` (tests/test_docs.py checks it). -->
 
 Every flag of `python -m sf_core.train` (and of `sf_core.train.main(argv)`), grouped as in `--help`.
-Pass them as `--name=value`. Booleans accept `True`/`False` (also `1`/`0`, `yes`/`no`, `on`/`off`);
-list flags take space-separated values (`--encoder_mlp_layers 64 64`). Unknown flags and abbreviations
+Pass them as `--name=value`. Booleans accept `True`/`False` (also `1`/`0`, `yes`/`no`, `on`/`off`),
+as `--name=False` or `--name False`, and a boolean written alone means True (`--serial_mode`), as in
+Sample Factory; the same holds for `sf_core.enjoy`, `sf_core.evaluate`, `sf_core.env_server` and the
+scripts. List flags take space-separated values (`--encoder_mlp_layers 64 64`). Unknown flags and abbreviations
 are errors. A per-env preset (table at the end) may change a default; a flag you type always wins.
 """
 
@@ -214,7 +216,7 @@ def rendered() -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if a generated doc is out of date")
+    add_bool_argument(parser, "check", False, "exit 1 if a generated doc is out of date")
     args = parser.parse_args(argv)
     stale = []
     for path, text in rendered().items():

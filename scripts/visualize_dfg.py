@@ -17,7 +17,7 @@ from algo.algorithms import algorithm_builder, known_algorithms  # noqa: E402
 from algo.params import LearningParams  # noqa: E402
 from sf_core.sample import BATCH_KEYS  # noqa: E402
 from algo.graph import build_graph  # noqa: E402
-from sf_core.config import Config  # noqa: E402
+from sf_core.config import Config, add_bool_argument  # noqa: E402
 
 COLORS = {"inference": "#9ecae1", "compute": "#e0e0e0", "train_step": "#fdae6b", "batch": "#c7e9c0"}
 
@@ -76,10 +76,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algo", default="APPO", help=f"one of {', '.join(known_algorithms())}")
     parser.add_argument("--output", default=None, help="file to write (.png, .svg, .pdf)")
-    parser.add_argument("--with_vtrace", default="True", help="for APPO: draw the V-trace variant")
+    add_bool_argument(parser, "with_vtrace", True, "for APPO: draw the V-trace variant")
     args = parser.parse_args(argv)
     output = args.output or f"{args.algo.lower()}.png"
-    print(f"wrote {render(args.algo, output, args.with_vtrace.lower() == 'true')}")
+    print(f"wrote {render(args.algo, output, args.with_vtrace)}")
     return 0
 
 

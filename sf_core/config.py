@@ -305,6 +305,18 @@ def str2bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected a boolean (True/False), got {text!r}")
 
 
+BOOL_EPILOG = ("Boolean flags ([BOOL]) take True/False, yes/no or 1/0, as --flag=False or --flag False; "
+               "--flag alone means True.")
+
+
+def add_bool_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, name: str, default: bool,
+                      help: str) -> None:
+    """A boolean flag as Sample Factory users type it: `--name` alone means True; `--name=False` and
+    `--name False` (any str2bool spelling) set it either way. Every entry point and script uses this."""
+    parser.add_argument(f"--{name}", type=str2bool, nargs="?", const=True, default=default, metavar="BOOL",
+                        help=help)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so `train.main(argv)` can return an exit code."""
 
@@ -314,8 +326,6 @@ class _Parser(argparse.ArgumentParser):
 
 def _arg_type(f: dataclasses.Field) -> dict[str, Any]:
     kind = f.type  # a string: this module uses `from __future__ import annotations`
-    if kind in ("bool", bool):
-        return {"type": str2bool, "metavar": "BOOL"}
     if kind in ("int", int):
         return {"type": int}
     if kind in ("float", float):
@@ -328,12 +338,15 @@ def _arg_type(f: dataclasses.Field) -> dict[str, Any]:
 
 
 def build_parser(prog: str = "python -m sf_core.train", description: str = "") -> argparse.ArgumentParser:
-    parser = _Parser(prog=prog, description=description, allow_abbrev=False,
+    parser = _Parser(prog=prog, description=description, epilog=BOOL_EPILOG, allow_abbrev=False,
                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     groups = {name: parser.add_argument_group(name) for name in GROUPS}
     for f in dataclasses.fields(Config):
         meta = f.metadata
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        if f.type in ("bool", bool):
+            add_bool_argument(groups[meta["group"]], f.name, default, meta["help"])
+            continue
         groups[meta["group"]].add_argument(
             f"--{f.name}", default=default, help=meta["help"], choices=meta["choices"], **_arg_type(f)
         )
@@ -346,8 +359,10 @@ def explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[
     probe = _Parser(add_help=False, allow_abbrev=False)
     for action in parser._actions:
         if action.dest != "help":
+            # a bare boolean flag (`--save_video`) stores its const: it was typed all the same
+            const = {"const": action.const} if action.const is not None else {}
             probe.add_argument(*action.option_strings, dest=action.dest, nargs=action.nargs,
-                               default=argparse.SUPPRESS, type=action.type, choices=action.choices)
+                               default=argparse.SUPPRESS, type=action.type, choices=action.choices, **const)
     probe.parse_args(list(argv), namespace=shadow)
     return set(vars(shadow))
 

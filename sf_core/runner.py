@@ -28,10 +28,11 @@ from sf_core import checkpoint, wandb_logging
 from sf_core.component import Component, ComponentError, Routing, guarded, reuse_freed_memory
 from sf_core.config import Config, ConfigError
 from sf_core.experiment import Experiment
+from sf_core.progress import Progress
 from sf_core.sample import BATCH_KEYS
 from sf_core.signals import SAVE_CHECKPOINT, STOP, Report, Signal
 from sf_core.stats import TrainingStats
-from sf_core.wiring import Topology, build_components, initial_model, probe_spaces
+from sf_core.wiring import Topology, build_components, check_user_code, initial_model, probe_spaces
 from signal_slot.signal_slot import EventLoop, Timer
 
 log = logging.getLogger("sf_core")
@@ -67,6 +68,7 @@ class Runner(Component):
         self.experiment = Experiment(self.cfg)
         self.topology = Topology()
         self._stats: TrainingStats | None = None  # made once the processes run (its writer has a thread)
+        self.progress: Progress | None = None  # the console's bar, on a terminal (made with the stats)
         self.resumed: dict | None = None  # the runner counters of the checkpoint we resumed from
         self.exit_code: int | None = None
         self.error: str | None = None
@@ -89,7 +91,7 @@ class Runner(Component):
     def _build(self, resume: bool = False, start_method: str | None = None) -> None:
         cfg = self.cfg if start_method is None else replace(self.cfg, mp_start_method=start_method)
         if not cfg.serial_mode:
-            self.registry.check_picklable()
+            check_user_code(cfg, self.registry)
         # the algorithm's graph is checked here, so a broken one fails before any process starts
         build_graph(algorithm_builder(cfg.algo)(LearningParams.from_config(cfg)).nodes, BATCH_KEYS)
         obs_space, action_space, agents_per_env = probe_spaces(cfg, self.registry, self.seed)
@@ -185,6 +187,7 @@ class Runner(Component):
             self._stats = TrainingStats(self.cfg.stats_window, writer, self.launched, counts)
             if self.resumed:
                 self.stats.restore(self.resumed)
+            self.progress = Progress(self.cfg, self.launched)
         self.last_summary = self.last_console = self.last_save = time.time()
 
     def _restart_components(self) -> bool:
@@ -236,6 +239,8 @@ class Runner(Component):
             stats.write_summaries()
             self.experiment.write_summary(stats.summary(None, None, running=True))  # read live by benchmarks
             self.last_summary = now
+        if self.progress is not None:
+            self.progress.update(stats.frames, now)
         if now - self.last_console >= cfg.report_interval:
             log.info(stats.console_line())
             self.last_console = now
@@ -364,6 +369,8 @@ class Runner(Component):
                 proc.join(timeout=2.0)
 
     def _close(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
         if self._stats is None:
             return
         self.stats.write_summaries()

@@ -30,6 +30,7 @@ from sf_core.inference_worker import InferenceWorker
 from sf_core.learner import Learner
 from sf_core.rollout_worker import RolloutWorker
 from sf_core.sample import SampleSpaces
+from sf_core.user_code import UserCode
 from signal_slot.signal_slot import EventLoop
 
 log = logging.getLogger("sf_core")
@@ -136,6 +137,16 @@ def _connect(runner: Component, components: list[Component], workers: list[Rollo
         sig.REPORT.connect(component, runner.on_report)
         sig.COMPONENT_ERROR.connect(component, runner.on_component_error)
         sig.STOP.connect(runner, component.stop)
+
+
+def check_user_code(cfg: Config, registry: EnvRegistry) -> None:
+    """Async mode: the env factory, model parts and algorithm users registered must reach the worker
+    processes; one that cannot is named here, before any process starts."""
+    registry.check_picklable()
+    spec = ModelSpec.from_config(cfg)
+    for part in (spec.encoder_factory, spec.core_factory, spec.decoder_factory, algorithm_builder(cfg.algo)):
+        if isinstance(part, UserCode):
+            part.check()
 
 
 def probe_spaces(cfg: Config, registry: EnvRegistry, seed: int) -> tuple[gym.Space, gym.Space, int]:

@@ -44,3 +44,71 @@ def test_bad_values_name_the_problem(argv, message):
 def test_config_json_round_trip():
     cfg, _ = parse_args(["--env=CartPole-v1", "--seed=3"])
     assert Config(**json.loads(cfg.to_json())) == cfg
+
+
+# ------------------------------------------------------------------------------------------ booleans
+
+def _entry_point_parsers():
+    """Every command-line parser of sf_core, with the arguments it requires."""
+    from sf_core.cli import enjoy, env_server, evaluate
+    from sf_core.config import build_parser
+
+    return {"train": (build_parser(), []), "enjoy": (enjoy.build_parser(), ["--experiment=x"]),
+            "evaluate": (evaluate.build_parser(), ["--tasks=t.jsonl", "--env_service=h:1*1"]),
+            "env_server": (env_server.build_parser(), ["--env=CartPole-v1"])}
+
+
+@pytest.mark.parametrize("entry_point", ["train", "enjoy", "evaluate", "env_server"])
+def test_every_boolean_flag_accepts_the_bare_form(entry_point):
+    from sf_core.config import BOOL_EPILOG, str2bool
+
+    parser, required = _entry_point_parsers()[entry_point]
+    flags = [a for a in parser._actions if a.type is str2bool]
+    assert flags, f"{entry_point} has boolean flags"
+    for action in flags:
+        name, dest = action.option_strings[0], action.dest
+        assert getattr(parser.parse_args(required + [name]), dest) is True
+        assert getattr(parser.parse_args(required + [f"{name}=False"]), dest) is False
+        assert getattr(parser.parse_args(required + [name, "False", name]), dest) is True  # the last one wins
+        assert getattr(parser.parse_args(required + [name, "no"]), dest) is False
+        assert getattr(parser.parse_args(required), dest) is action.default
+    help_text = " ".join(parser.format_help().split())
+    assert f"{flags[0].option_strings[0]} [BOOL]" in help_text and BOOL_EPILOG in help_text
+
+
+def test_sample_factory_enjoy_command_line_parses():
+    from sf_core.cli import enjoy
+
+    args = enjoy.build_parser().parse_args(["--experiment=x", "--save_video", "--no_render", "--max_num_episodes=2"])
+    assert args.save_video is True and args.no_render is True and args.max_num_episodes == 2
+
+
+def test_a_bare_boolean_counts_as_typed_so_presets_do_not_override_it():
+    cfg, preset = parse_args(["--env=HalfCheetah-v5", "--async_rl", "--serial_mode"])
+    assert preset == "HalfCheetah-v5"  # whose preset sets async_rl=False
+    assert cfg.async_rl is True and cfg.serial_mode is True
+    cfg, _ = parse_args(["--env=CartPole-v1", "--normalize_input", "False"])
+    assert cfg.normalize_input is False
+
+
+def test_scripts_take_bare_booleans_too():
+    from tests.test_docs import load_generator
+
+    assert load_generator().main(["--check"]) == 0  # scripts/gen_docs.py --check: the docs are current
+
+
+def test_every_boolean_argument_is_made_by_the_one_helper():
+    """store_true flags refuse `--flag=True` and str2bool flags refused `--flag` alone: neither is left."""
+    import ast
+
+    from tests.test_structure import parsed
+
+    found = []
+    for path, tree in parsed():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+                kwargs = {k.arg: ast.unparse(k.value) for k in node.keywords}
+                if (kwargs.get("type") == "str2bool" and path != "sf_core/config.py") or \
+                        kwargs.get("action", "").strip("'\"") in ("store_true", "store_false"):
+                    found.append(f"{path}:{node.lineno} {ast.unparse(node)[:80]}")
+    assert not found, "\n".join(found)

@@ -25,23 +25,25 @@ from envs.registry import EnvContext, EnvNotFoundError, registry_snapshot
 from sf_core import checkpoint
 from sf_core.experiment import load_config
 from sf_core.cli.train import setup_logging
-from sf_core.config import ConfigError, _Parser, str2bool
+from sf_core.config import BOOL_EPILOG, ConfigError, _Parser, add_bool_argument
 from sf_core.split_runner import env_action_converter
 
 log = logging.getLogger("sf_core")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m sf_core.enjoy", description="Evaluate a trained policy.",
+    p = _Parser(prog="python -m sf_core.enjoy", description="Evaluate a trained policy.", epilog=BOOL_EPILOG,
                 formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
     p.add_argument("--env", default=None, help="Env to evaluate on (default: the one the experiment trained on).")
     p.add_argument("--experiment", required=True, help="Experiment name.")
     p.add_argument("--train_dir", default="train_dir", help="Root folder of experiments.")
     p.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint path.")
     p.add_argument("--max_num_episodes", type=int, default=10, help="Episodes to run.")
-    p.add_argument("--eval_deterministic", type=str2bool, default=False, help="Take the most likely action.")
+    add_bool_argument(p, "eval_deterministic", False, "Take the most likely action.")
     p.add_argument("--seed", type=int, default=0, help="Seed of the first evaluation episode.")
-    p.add_argument("--save_video", type=str2bool, default=False, help="Write an MP4 of rendered episodes.")
+    add_bool_argument(p, "save_video", False, "Write an MP4 of rendered episodes.")
+    add_bool_argument(p, "no_render", False, "Accepted so Sample Factory command lines carry over: this command "
+                      "never opens a window (frames are rendered only for --save_video).")
     p.add_argument("--video_frames", type=int, default=1000, help="At most this many frames in the video.")
     p.add_argument("--video_name", default="replay.mp4", help="Video file name inside the experiment folder.")
     p.add_argument("--fps", type=int, default=30, help="Frames per second of the video.")

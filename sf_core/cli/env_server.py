@@ -14,7 +14,7 @@ from typing import Sequence
 import gymnasium as gym
 import zmq
 
-from sf_core.config import str2bool
+from sf_core.config import BOOL_EPILOG, add_bool_argument
 from sf_core.service.env_server import EnvServer
 from sf_core.service.protocol import ProtocolError
 
@@ -26,6 +26,7 @@ log = logging.getLogger("sf_core.env_server")
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sf_core.env_server", description="Serve a registered env over ZeroMQ.",
+                                epilog=BOOL_EPILOG,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
     p.add_argument("--env", required=True, help="Env to serve: a registered name or any gymnasium id.")
     p.add_argument("--port", type=int, default=5555, help="TCP port; 0 picks a free one (printed at startup).")
@@ -34,9 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env_module", default="", help="Comma-separated modules to import first (they call register_env).")
     p.add_argument("--seed", type=int, default=0, help="Instance i is built with seed + i.")
     p.add_argument("--max_message_bytes", type=int, default=0, help="Largest request answered; 0 sizes it from the spaces.")
-    p.add_argument("--parallel", type=str2bool, default=False,
-                   help="One thread per instance, so instances step at once (for envs that release the GIL: "
-                        "C++/GPU simulators, subprocesses, VMs). False: one request at a time, least overhead.")
+    add_bool_argument(p, "parallel", False,
+                      "One thread per instance, so instances step at once (for envs that release the GIL: "
+                      "C++/GPU simulators, subprocesses, VMs). False: one request at a time, least overhead.")
     return p
 
 

@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Sequence
 
-from sf_core.config import str2bool
+from sf_core.config import BOOL_EPILOG, add_bool_argument
 from sf_core.logs import setup_logging
 from sf_core.service.evaluator import (
     EXIT_OK,
@@ -28,6 +28,7 @@ log = logging.getLogger("sf_core")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sf_core.evaluate", allow_abbrev=False,
                                 description="Run evaluation tasks on env services, one result line per task.",
+                                epilog=BOOL_EPILOG,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--tasks", required=True, help="JSONL file: one task per line (see the module doc).")
     p.add_argument("--env_service", required=True, help="host:port*capacity,... or a YAML file (as for training).")
@@ -44,11 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Seconds a task waits for a healthy slot before the attempt counts as failed.")
     p.add_argument("--grace_period", type=float, default=10.0,
                    help="On Ctrl-C/SIGTERM: seconds workers get to finish the tasks in hand before being killed.")
-    p.add_argument("--resume", type=str2bool, default=False, help="Skip tasks that already have a line in --output.")
+    add_bool_argument(p, "resume", False, "Skip tasks that already have a line in --output.")
     p.add_argument("--train_dir", default="", help="With --experiment: act with that trained policy (else random).")
     p.add_argument("--experiment", default="", help="Experiment whose checkpoint acts.")
     p.add_argument("--checkpoint", default="latest", help="latest, best or a path.")
-    p.add_argument("--eval_deterministic", type=str2bool, default=False, help="Trained policy: most likely action.")
+    add_bool_argument(p, "eval_deterministic", False, "Trained policy: most likely action.")
     return p
 
 

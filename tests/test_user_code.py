@@ -1,0 +1,155 @@
+"""User code registered from Python (env factories, model parts, algorithms) reaches worker processes
+whatever it is: a module-level function, a lambda, a closure, or a function of a notebook."""
+
+import pickle
+import textwrap
+import threading
+
+import gymnasium as gym
+import pytest
+
+from algo import custom_models
+from algo.algorithms import algorithm_builder, appo, register_algorithm
+from envs.registry import EnvContext, EnvRegistry
+from sf_core.config import Config
+from sf_core.user_code import UnsendableError, UserCode, user_code
+from sf_core.wiring import check_user_code
+from tests import launch
+from tests.helpers import read_summary
+
+
+def _closure(steps):
+    def factory(name, cfg, ctx):
+        return gym.make("CartPole-v1", max_episode_steps=steps)
+
+    return factory
+
+
+@pytest.mark.parametrize("kind", ["lambda", "closure"])
+def test_a_lambda_or_closure_factory_survives_a_trip_through_pickle(kind):
+    factory = (lambda name, cfg, ctx: gym.make("CartPole-v1", max_episode_steps=7)) if kind == "lambda" else _closure(7)
+    with pytest.raises(Exception):
+        pickle.dumps(factory)  # what a spawned worker used to be refused
+    registry = EnvRegistry({"Short-v0": factory})
+    registry.check_picklable()
+    arrived = pickle.loads(pickle.dumps(registry))  # as multiprocessing sends a component under spawn
+    env = arrived.make("Short-v0", Config(), EnvContext(0, 0, 1))
+    try:
+        env.reset(seed=1)
+        steps = 1
+        while not any(env.step(0)[2:4]):
+            steps += 1
+        assert steps <= 7  # the closure's captured value arrived with it
+    finally:
+        env.close()
+
+
+def test_a_module_level_function_still_travels_by_reference():
+    wrapped = user_code(appo, "the algorithm")
+    assert b"appo" in wrapped.payload() and len(wrapped.payload()) < 200  # a name, not the code
+    assert pickle.loads(pickle.dumps(wrapped)).fn is appo
+    assert user_code(wrapped, "again") is wrapped  # a registry copying another does not wrap twice
+
+
+def test_what_cannot_travel_even_by_value_is_named():
+    lock = threading.Lock()
+    registry = EnvRegistry({"Locked-v0": lambda name, cfg, ctx: lock and gym.make("CartPole-v1")})
+    with pytest.raises(UnsendableError, match="factory registered for env 'Locked-v0' cannot be sent") as info:
+        registry.check_picklable()
+    assert "lock" in str(info.value)
+
+
+def test_registered_model_parts_and_algorithms_are_checked_before_any_process_starts(monkeypatch):
+    from algo import algorithms
+
+    # registrations of this test only
+    monkeypatch.setattr(algorithms, "_ALGORITHMS", dict(algorithms._ALGORITHMS))
+    monkeypatch.setattr(custom_models, "_FACTORIES", {kind: {} for kind in custom_models.KINDS})
+    lock = threading.Lock()
+    custom_models.register_encoder("test_locked_encoder", lambda obs_space, spec: lock)
+    register_algorithm("TEST_LAMBDA_ALGO", lambda params: appo(params))
+    assert isinstance(custom_models.resolve("encoder", "test_locked_encoder"), UserCode)
+    builder = pickle.loads(pickle.dumps(algorithm_builder("TEST_LAMBDA_ALGO")))
+    assert builder.what == "the algorithm registered as 'TEST_LAMBDA_ALGO'"
+    check_user_code(Config(env="CartPole-v1", algo="TEST_LAMBDA_ALGO"), EnvRegistry())
+    with pytest.raises(UnsendableError, match="the encoder registered as 'test_locked_encoder' cannot be sent"):
+        check_user_code(Config(env="CartPole-v1", encoder_custom="test_locked_encoder"), EnvRegistry())
+
+
+# ------------------------------------------------------------------------------------------ learning
+
+USER_SCRIPT = textwrap.dedent('''
+    """A user's script: a CartPole factory written as a lambda or a closure, registered in the main block."""
+    import sys
+
+    import gymnasium as gym
+
+    import sf_core.train
+    from sf_core import register_env
+
+
+    class Unchanged(gym.Wrapper):
+        """A class of this script: under spawn it travels by value with the closure that uses it."""
+
+
+    def wrapped(max_steps):
+        def factory(name, cfg, ctx):
+            return Unchanged(gym.make("CartPole-v1", max_episode_steps=max_steps))
+        return factory
+
+
+    if __name__ == "__main__":
+        kind, flags = sys.argv[1], sys.argv[2:]
+        if kind == "lambda":
+            register_env("MyCartPole-v0", lambda name, cfg, ctx: gym.make("CartPole-v1"))
+        else:
+            register_env("MyCartPole-v0", wrapped(500))
+        sys.exit(sf_core.train.main(["--env=MyCartPole-v0"] + flags))
+''')
+
+# the CartPole-v1 preset's values (a registered name gets no preset), and a bar CartPole passes quickly
+CARTPOLE = ["--num_envs_per_worker=64", "--rollout=32", "--batch_size=1024", "--num_batches_per_epoch=2",
+            "--num_epochs=2", "--learning_rate=3e-4", "--exploration_loss_coeff=0.003", "--encoder_mlp_layers",
+            "64", "64", "--target_mean_return=150", "--train_for_seconds=150", "--seed=1"]
+MODES = {"serial": ["--serial_mode=True", "--num_workers=1"],
+         "fork": ["--num_workers=2", "--mp_start_method=fork"],
+         "spawn": ["--num_workers=2", "--mp_start_method=spawn"]}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("kind", ["lambda", "closure"])
+def test_lambda_and_closure_factories_learn_cartpole(tmp_path, kind, mode):
+    script = tmp_path / "my_training.py"
+    script.write_text(USER_SCRIPT)
+    result = launch.run([kind, f"--train_dir={tmp_path}", "--experiment=mine", *CARTPOLE, *MODES[mode]],
+                        timeout=200, script=str(script), cwd=str(tmp_path))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    summary = read_summary(tmp_path, "mine")
+    assert summary["mean_return_at_target"] >= 150, summary
+
+
+NOTEBOOK = textwrap.dedent('''
+    import sys
+    import gymnasium as gym
+    import sf_core.train
+    from sf_core import register_env
+
+    def make_cartpole(name, cfg, ctx):  # "module level" of a notebook: no file a worker could import
+        return gym.make("CartPole-v1")
+
+    register_env("NotebookCartPole-v0", make_cartpole)
+    sys.exit(sf_core.train.main(["--env=NotebookCartPole-v0"] + sys.argv[1:]))
+''')
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_notebook_function_learns_cartpole_under_spawn(tmp_path):
+    """`python -c` has no main file, like a notebook: a spawned worker cannot import its functions by
+    name (plain pickle passed the check and the worker died at start)."""
+    result = launch.run([f"--train_dir={tmp_path}", "--experiment=notebook", *CARTPOLE, *MODES["spawn"]],
+                        timeout=200, code=NOTEBOOK, cwd=str(tmp_path))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert read_summary(tmp_path, "notebook")["mean_return_at_target"] >= 150
