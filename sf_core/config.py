@@ -309,10 +309,11 @@ BOOL_EPILOG = ("Boolean flags ([BOOL]) take True/False, yes/no or 1/0, as --flag
                "--flag alone means True.")
 
 
-def add_bool_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, name: str, default: bool,
+def add_bool_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, name: str, default: bool | None,
                       help: str) -> None:
     """A boolean flag as Sample Factory users type it: `--name` alone means True; `--name=False` and
-    `--name False` (any str2bool spelling) set it either way. Every entry point and script uses this."""
+    `--name False` (any str2bool spelling) set it either way. Every entry point and script uses this.
+    A default of None lets the caller tell "not given" apart (e.g. enjoy's --with_wandb: the run's own)."""
     parser.add_argument(f"--{name}", type=str2bool, nargs="?", const=True, default=default, metavar="BOOL",
                         help=help)
 

@@ -48,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--video_name", default="replay.mp4", help="Video file name inside the experiment folder.")
     p.add_argument("--fps", type=int, default=30, help="Frames per second of the video.")
     p.add_argument("--device", default="cpu", help="Device for the policy.")
-    p.add_argument("--with_wandb", type=str2bool, default=None,
-                   help="Log the results and video to the experiment's W&B run (default: if it trained with W&B).")
+    add_bool_argument(p, "with_wandb", None,
+                      "Log the results and video to the experiment's W&B run (default: if it trained with W&B).")
     return p
 
 

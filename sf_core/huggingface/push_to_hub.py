@@ -19,7 +19,7 @@ from typing import Sequence
 
 from sf_core import checkpoint
 from sf_core.cli.train import setup_logging
-from sf_core.config import ConfigError, _Parser, str2bool
+from sf_core.config import ConfigError, _Parser, add_bool_argument
 from sf_core.experiment import load_config
 from sf_core.huggingface.model_card import model_card
 
@@ -100,10 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train_dir", default="train_dir", help="Root folder of experiments.")
     p.add_argument("--hf_repository", required=True, help="Hub repository: user/name (created if missing).")
     p.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint path.")
-    p.add_argument("--private", type=str2bool, default=False, help="Create the repository as private.")
+    add_bool_argument(p, "private", False, "Create the repository as private.")
     p.add_argument("--staging_dir", default=None, help="Stage the files here and keep them (default: a temporary "
                    "folder, deleted after the upload).")
-    p.add_argument("--dry_run", type=str2bool, default=False, help="Stage only; upload nothing.")
+    add_bool_argument(p, "dry_run", False, "Stage only; upload nothing.")
     return p
 
 
