@@ -219,7 +219,9 @@ def test_tasks_longer_than_the_grace_period_are_killed(tmp_path):
                                                  "--num_workers=2", f"--output={out}", "--grace_period=0.5"),
                                     stdout=f, stderr=subprocess.STDOUT, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
         wait_for(lambda: "4 tasks on 2 workers" in log.read_text(), 30, "the evaluator to start")
-        time.sleep(1.0)
+        # the spawned workers still have to import and reach their slots: on busy cores that took over a
+        # second, and a worker stopped before it took a task has nothing to be killed for
+        time.sleep(3.0)
         stopped = time.time()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 143
