@@ -8,6 +8,7 @@ from collections import Counter
 import gymnasium as gym
 import numpy as np
 
+from envs.memory import MemoryCueEnv
 from sf_core import register_env
 
 _built: Counter = Counter()  # instances built per index in this server process (restores rebuild)
@@ -48,6 +49,20 @@ class FlakyCartPole(gym.Wrapper):
         return self.env.step(action)
 
 
+class DictMemoryCue(gym.ObservationWrapper):
+    """sf_core/MemoryCue-v0 with a Dict observation: the cue (shown at the first step only) and whether
+    it is asked for now; only a recurrent policy can answer better than chance."""
+
+    def __init__(self):
+        super().__init__(MemoryCueEnv())
+        cues = self.env.num_cues
+        self.observation_space = gym.spaces.Dict({"cue": gym.spaces.Box(0.0, 1.0, (cues,), np.float32),
+                                                  "asked": gym.spaces.Discrete(2)})
+
+    def observation(self, obs):
+        return {"cue": obs[:-1].copy(), "asked": int(obs[-1])}
+
+
 def make_tagged(name, cfg, ctx):
     return TaggedCartPole(tag=(ctx.seed - ctx.env_index) // 100)  # servers are started with --seed=100, 200, ...
 
@@ -65,3 +80,4 @@ def make_slow(name, cfg, ctx):
 register_env("TaggedCartPole-v1", make_tagged)
 register_env("FlakyCartPole-v1", make_flaky)
 register_env("SlowCartPole-v1", make_slow)
+register_env("DictMemoryCue-v0", lambda name, cfg, ctx: DictMemoryCue())

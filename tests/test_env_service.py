@@ -100,6 +100,40 @@ def test_remote_env_is_the_env(cartpole_server):
         local.close()
 
 
+def test_dict_and_tuple_observations_travel_leaf_by_leaf(tmp_path):
+    """A Dict observation arrives as the local env's (one array frame per leaf, the space itself as JSON);
+    a nested Tuple space survives the round trip; a Dict action space is refused at startup."""
+    from envs.registry import EnvRegistry
+    from sf_core.service.env_server import EnvServer
+    from sf_core.service.protocol import ProtocolError, space_from_json, space_to_json
+    from tests.service_envs import DictMemoryCue
+
+    nested = gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Dict({"b": gym.spaces.MultiBinary(2),
+                                                                        "a": gym.spaces.Box(-1, 1, (2, 2))})))
+    assert space_from_json(json.loads(json.dumps(space_to_json(nested)))) == nested
+    server = EnvServerProcess(tmp_path, "DictMemoryCue-v0", 1).start()
+    remote, local = RemoteEnv(f"127.0.0.1:{server.port}", slot=0), DictMemoryCue()
+    try:
+        assert remote.observation_space == local.observation_space
+        (r_obs, _), (l_obs, _) = remote.reset(seed=4), local.reset(seed=4)
+        for t in range(6):
+            assert r_obs.keys() == l_obs.keys() and r_obs["asked"] == l_obs["asked"] == int(t == 5)
+            np.testing.assert_array_equal(r_obs["cue"], l_obs["cue"])
+            assert remote.observation_space.contains(r_obs)
+            (r_obs, *r_rest), (l_obs, *l_rest) = remote.step(2), local.step(2)
+            assert r_rest[:3] == l_rest[:3]
+    finally:
+        remote.close()
+        server.kill()
+
+    def make_dict_action_env(name, cfg, ctx):
+        env = DictMemoryCue()
+        env.action_space = gym.spaces.Dict({"a": gym.spaces.Discrete(2)})
+        return env
+    with pytest.raises(ProtocolError, match="Dict action spaces cannot be served"):
+        EnvServer("DictAction-v0", 1, registry=EnvRegistry({"DictAction-v0": make_dict_action_env}))
+
+
 def _raw_request(sock, frames, timeout_ms=3000):
     sock.send_multipart(frames)
     assert sock.poll(timeout_ms), "the server did not answer"

@@ -7,11 +7,10 @@ import json
 import os
 import signal
 import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests import launch
 from tests.helpers import EnvServerProcess, wait_for
 
 
@@ -22,13 +21,8 @@ def write_tasks(path, n: int, env: str, episodes: int = 1) -> set[str]:
     return {f"t{i}" for i in range(n)}
 
 
-def evaluate_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "sf_core.evaluate", *args]
-
-
 def run_evaluate(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(evaluate_cmd(*args), capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          env=dict(os.environ, PYTHONPATH=REPO))
+    return launch.run(list(args), timeout, module="sf_core.evaluate")
 
 
 def read_results(path) -> list[dict]:
@@ -86,8 +80,7 @@ def test_sigterm_stops_gracefully_keeps_results_and_resume_finishes(tmp_path):
         out = tmp_path / "results.jsonl"
         args = [f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={server.spec}", "--num_workers=2",
                 f"--output={out}", "--grace_period=5"]
-        proc = subprocess.Popen(evaluate_cmd(*args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
-                                env=dict(os.environ, PYTHONPATH=REPO))
+        proc = launch.start(args, module="sf_core.evaluate", output=subprocess.DEVNULL)
         wait_for(lambda: os.path.exists(out) and len(read_results(out)) >= 3, 60, "3 results")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 143
@@ -120,6 +113,9 @@ def test_bad_tasks_and_services_are_rejected_before_anything_starts(tmp_path):
         (tmp_path / "bad.jsonl").write_text('{"id": "a", "env": "CartPole-v1", "episodes": 0}\n')
         result = run_evaluate(f"--tasks={tmp_path / 'bad.jsonl'}", f"--env_service={server.spec}")
         assert result.returncode == 2 and "bad.jsonl:1: episodes must be a positive integer" in result.stderr
+        result = run_evaluate(f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={server.spec}", "--num_workers=1",
+                              f"--train_dir={tmp_path}", "--experiment=never_trained")
+        assert result.returncode == 2 and f"no experiment at {tmp_path / 'never_trained'}" in result.stderr
     finally:
         server.kill()
 
@@ -157,6 +153,54 @@ def test_trained_policy_evaluated_on_served_env(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_recurrent_dict_observation_policy_evaluates_as_enjoy_plays_it(tmp_path):
+    """A recurrent policy with Dict observations (tests/service_envs.py: DictMemoryCue-v0, where only
+    memory beats chance) acts the same through the evaluator as in sf_core.enjoy: same returns on the
+    same seeds. The evaluator's two task threads share one model, each task with its own recurrent state."""
+    import torch
+
+    import sf_core.enjoy
+    import tests.service_envs  # noqa: F401 - registers DictMemoryCue-v0 here, as --env_module does in the server
+    from tests.helpers import train
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # serial training here: on cores busy with other work a second torch thread mostly waits
+    try:
+        code, summary = train(tmp_path, "--env=DictMemoryCue-v0", "--use_rnn=True", "--serial_mode=True",
+                              "--num_workers=1", "--num_envs_per_worker=16", "--rnn_size=32", "--encoder_mlp_layers",
+                              "32", "--rollout=16", "--batch_size=256", "--num_epochs=2", "--learning_rate=1e-3",
+                              "--target_mean_return=0.7", "--train_for_env_steps=150000", "--seed=3",
+                              experiment="memory")
+        assert code == 0 and summary["time_to_target"] is not None, summary
+        assert sf_core.enjoy.main([f"--train_dir={tmp_path}", "--experiment=memory", "--max_num_episodes=40",
+                                   "--eval_deterministic=True", "--seed=5"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    with open(tmp_path / "memory" / "eval_results.json") as f:
+        local = json.load(f)
+    assert local["mean_return"] >= 0.5, local  # chance is 0.25: the state is carried through each episode
+    server = EnvServerProcess(tmp_path, "DictMemoryCue-v0", 2)
+    try:
+        server.start()
+        (tmp_path / "tasks.jsonl").write_text(
+            "".join(json.dumps({"id": f"t{i}", "env": "DictMemoryCue-v0", "seed": 5, "episodes": 40}) + "\n"
+                    for i in range(2)))
+        out = tmp_path / "results.jsonl"
+        result = run_evaluate(f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={server.spec}", "--num_workers=1",
+                              f"--train_dir={tmp_path}", "--experiment=memory", "--eval_deterministic=True",
+                              f"--output={out}")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "(concurrency 2)" in result.stdout  # both tasks at once on the one model
+        lines = read_results(out)
+        assert [r["status"] for r in lines] == ["ok", "ok"], lines
+        assert [r["returns"] for r in lines] == [local["returns"]] * 2
+        assert [r["lengths"] for r in lines] == [local["lengths"]] * 2
+    finally:
+        server.kill()
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_tasks_longer_than_the_grace_period_are_killed(tmp_path):
     """SIGTERM with tasks of several seconds in hand and --grace_period=0.5: the workers are killed, the
@@ -170,11 +214,13 @@ def test_tasks_longer_than_the_grace_period_are_killed(tmp_path):
         write_tasks(tmp_path / "tasks.jsonl", 4, "SlowCartPole-v1", episodes=20)  # ~8 s each
         out, log = tmp_path / "results.jsonl", tmp_path / "evaluate.log"
         with open(log, "w") as f:
-            proc = subprocess.Popen(evaluate_cmd(f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={server.spec}",
-                                                 "--num_workers=2", f"--output={out}", "--grace_period=0.5"),
-                                    stdout=f, stderr=subprocess.STDOUT, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
+            proc = launch.start([f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={server.spec}",
+                                 "--num_workers=2", f"--output={out}", "--grace_period=0.5"], module="sf_core.evaluate",
+                                output=f)
         wait_for(lambda: "4 tasks on 2 workers" in log.read_text(), 30, "the evaluator to start")
-        time.sleep(1.0)
+        # the spawned workers still have to import and reach their slots: on busy cores that took over a
+        # second, and a worker stopped before it took a task has nothing to be killed for
+        time.sleep(3.0)
         stopped = time.time()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 143

@@ -15,18 +15,14 @@ import os
 import sys
 from typing import Sequence
 
+import gymnasium as gym
 import numpy as np
-import torch
 
-from algo.model import ActorCritic, ModelSpec
-from algo.observations import ObsWriter, obs_storage
 from envs.multi_agent import is_multi_agent
 from envs.registry import EnvContext, EnvNotFoundError, registry_snapshot
-from sf_core import checkpoint
-from sf_core.experiment import load_config
 from sf_core.cli.train import setup_logging
 from sf_core.config import BOOL_EPILOG, ConfigError, _Parser, add_bool_argument
-from sf_core.split_runner import env_action_converter
+from sf_core.policy import TrainedPolicy, load_checkpoint
 
 log = logging.getLogger("sf_core")
 
@@ -55,36 +51,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 def evaluate(args: argparse.Namespace) -> dict:
     path = os.path.join(args.train_dir, args.experiment)
-    cfg = load_config(path)
-    env_name = args.env or cfg.env
-    ckpt_path = checkpoint.find_checkpoint(path, args.checkpoint)
-    if ckpt_path is None:
-        raise ConfigError(f"no checkpoint {args.checkpoint!r} in {checkpoint.checkpoint_dir(path)}")
-    state = checkpoint.load(ckpt_path, map_location=args.device)
-
-    registry = registry_snapshot()
+    loaded = load_checkpoint(path, args.checkpoint, args.device)
+    env_name = args.env or loaded.cfg.env
     render_mode = "rgb_array" if args.save_video else None
-    env = registry.make(env_name, cfg, EnvContext(worker_index=-1, env_index=0, seed=args.seed, render_mode=render_mode,
-                                                 evaluation=True))
+    env = registry_snapshot().make(env_name, loaded.cfg, EnvContext(worker_index=-1, env_index=0, seed=args.seed,
+                                                                    render_mode=render_mode, evaluation=True))
     try:
-        spec = ModelSpec.from_config(cfg)
-    except ValueError as exc:  # a custom model part not registered in this process
-        raise ConfigError(f"{exc} (enjoy: run it from a script that registers it, see docs/models.md)") from None
-    model = ActorCritic(env.observation_space, env.action_space, spec).to(args.device)
-    model.load_state_dict(state["model"])
-    model.eval()
-    log.info("evaluating %s (policy v%d) on %s for %d episodes", ckpt_path, state["version"], env_name,
-             args.max_num_episodes)
-
-    policy = EvalPolicy(model, env.observation_space, args.device, args.eval_deterministic)
-    play = play_multi_agent if is_multi_agent(env) else play_single_agent
-    returns, lengths, agents, frames = play(env, policy, args)
-    env.close()
+        policy = loaded.policy(env.observation_space, env.action_space, args.eval_deterministic, args.device)
+        log.info("evaluating %s (policy v%d) on %s for %d episodes", loaded.path, loaded.version, env_name,
+                 args.max_num_episodes)
+        play = play_multi_agent if is_multi_agent(env) else play_single_agent
+        returns, lengths, agents, frames = play(env, policy, args)
+    finally:
+        env.close()
 
     results = {"episodes": len(returns), "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
                "mean_length": float(np.mean(lengths)), "returns": returns, "lengths": lengths,
-               "checkpoint": ckpt_path, "policy_version": int(state["version"]),
-               "env_frames": int(state.get("runner", {}).get("frames", 0)), "env": env_name,
+               "checkpoint": loaded.path, "policy_version": loaded.version, "env_frames": loaded.env_frames,
+               "env": env_name,
                "deterministic": bool(args.eval_deterministic)}
     if is_multi_agent(env):
         results["agents"] = agents  # which agent of the env played each episode
@@ -94,52 +78,27 @@ def evaluate(args: argparse.Namespace) -> dict:
     with open(tmp, "w") as f:
         json.dump(results, f, indent=2)
     os.replace(tmp, os.path.join(path, "eval_results.json"))
-    if cfg.with_wandb if args.with_wandb is None else args.with_wandb:
+    if loaded.cfg.with_wandb if args.with_wandb is None else args.with_wandb:
         from sf_core.wandb_logging import log_evaluation
 
-        log_evaluation(cfg, path, results)
+        log_evaluation(loaded.cfg, path, results)
     return results
 
 
-class EvalPolicy:
-    """The trained policy outside training: packs observations as the rollout workers do and carries
-    each agent's recurrent state through its episode (zeroed when the episode ends)."""
-
-    def __init__(self, model: ActorCritic, obs_space, device: str, deterministic: bool):
-        self.model, self.device, self.deterministic = model, device, deterministic
-        self.writer = ObsWriter(obs_space)
-        self.row_shape, self.row_dtype = obs_storage(obs_space)
-        self.state = model.initial_state(1, device)
-
-    def start(self, agents: int) -> None:
-        self.state = self.model.initial_state(agents, self.device)
-
-    def episode_ended(self, agent: int) -> None:
-        self.state[agent] = 0.0
-
-    @torch.no_grad()
-    def act(self, observations) -> np.ndarray:
-        """Actions for one observation per agent."""
-        rows = torch.zeros((len(observations), *self.row_shape), dtype=self.row_dtype)
-        for i, obs in enumerate(observations):
-            self.writer.write(obs, rows.numpy()[i])
-        params, _, self.state = self.model.step(rows.to(self.device), self.state)
-        dist = self.model.distribution(params)
-        return (dist.mode() if self.deterministic else dist.sample()).cpu().numpy()
-
-
-def play_single_agent(env, policy: EvalPolicy, args) -> tuple[list[float], list[int], list[int], list]:
+def play_single_agent(env: gym.Env, policy: TrainedPolicy, args: argparse.Namespace
+                      ) -> tuple[list[float], list[int], list[int], list]:
     """`--max_num_episodes` episodes, each reset with its own seed."""
-    to_env_action = env_action_converter(env.action_space)
-    returns, lengths, frames = [], [], []
+    returns: list[float] = []
+    lengths: list[int] = []
+    frames: list = []
     for episode in range(args.max_num_episodes):
         obs, _ = env.reset(seed=args.seed + episode)
-        policy.start(1)
+        state = policy.start_episode()
         total, length, done = 0.0, 0, False
         while not done:
             if args.save_video and len(frames) < args.video_frames:
                 frames.append(env.render())
-            obs, reward, terminated, truncated, _ = env.step(to_env_action(policy.act([obs])[0]))
+            obs, reward, terminated, truncated, _ = env.step(policy.act([obs], state)[0])
             total, length, done = total + float(reward), length + 1, terminated or truncated
         returns.append(total)
         lengths.append(length)
@@ -147,21 +106,24 @@ def play_single_agent(env, policy: EvalPolicy, args) -> tuple[list[float], list[
     return returns, lengths, [0] * len(returns), frames
 
 
-def play_multi_agent(env, policy: EvalPolicy, args) -> tuple[list[float], list[int], list[int], list]:
+def play_multi_agent(env: gym.Env, policy: TrainedPolicy, args: argparse.Namespace
+                     ) -> tuple[list[float], list[int], list[int], list]:
     """Self-play: every agent acts with the policy; an episode is one agent's, and the env resets
     itself (envs/multi_agent.py). Stops after the step that completes `--max_num_episodes` of them,
     so up to num_agents - 1 more may be counted."""
-    to_env_action = env_action_converter(env.action_space)
     obs, infos = env.reset(seed=args.seed)
-    policy.start(len(obs))
+    state = policy.start_episode(agents=len(obs))
     active = np.array([info.get("is_active", True) for info in infos])
-    total, length = np.zeros(len(obs)), np.zeros(len(obs), dtype=np.int64)
-    returns, lengths, agents, frames = [], [], [], []
+    total: np.ndarray = np.zeros(len(obs))
+    length: np.ndarray = np.zeros(len(obs), dtype=np.int64)
+    returns: list[float] = []
+    lengths: list[int] = []
+    agents: list[int] = []
+    frames: list = []
     while len(returns) < args.max_num_episodes:
         if args.save_video and len(frames) < args.video_frames:
             frames.append(env.render())
-        actions = [to_env_action(a) for a in policy.act(obs)]
-        obs, rewards, terminated, truncated, infos = env.step(actions)
+        obs, rewards, terminated, truncated, infos = env.step(policy.act(obs, state))
         for i in np.flatnonzero(active):
             total[i] += float(rewards[i])
             length[i] += 1
@@ -171,7 +133,7 @@ def play_multi_agent(env, policy: EvalPolicy, args) -> tuple[list[float], list[i
                 agents.append(int(i))
                 log.info("episode %d (agent %d): return %.2f, length %d", len(returns) - 1, i, total[i], length[i])
                 total[i], length[i] = 0.0, 0
-                policy.episode_ended(int(i))
+                state.agent_done(int(i))
         active = np.array([info.get("is_active", True) for info in infos])
     return returns, lengths, agents, frames
 

@@ -30,10 +30,11 @@ from sf_core.service.protocol import (
     PROTOCOL_VERSION,
     ProtocolError,
     error_reply,
+    is_structured,
     json_info,
     max_message_bytes,
+    obs_arrays,
     pack,
-    space_array,
     space_to_json,
     space_value,
     unpack,
@@ -64,6 +65,8 @@ class EnvServer:
         first = self.instances[0]
         self.observation_space, self.action_space = first.observation_space, first.action_space
         # fail at startup, not at the first client, if the spaces cannot travel
+        if is_structured(self.action_space):
+            raise ProtocolError(f"{type(self.action_space).__name__} action spaces cannot be served yet")
         self.spaces_json = {"observation_space": space_to_json(self.observation_space),
                             "action_space": space_to_json(self.action_space)}
         self.max_bytes = max_bytes or max_message_bytes(self.observation_space, self.action_space)
@@ -215,10 +218,10 @@ class EnvServer:
 
     def _obs_reply(self, header: dict, obs: Any) -> list[bytes]:
         try:
-            array = space_array(self.observation_space, obs)
-        except (ValueError, TypeError) as exc:
-            return error_reply(f"env returned an observation that does not fit its space: {exc}")
-        return pack(header, [array])
+            arrays = obs_arrays(self.observation_space, obs)
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            return error_reply(f"env returned an observation that does not fit its space: {exc!r}")
+        return pack(header, arrays)
 
     def _reset(self, slot: int, header: dict, arrays: list) -> list[bytes]:
         env = self._env(slot)

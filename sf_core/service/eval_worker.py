@@ -40,46 +40,32 @@ class WorkerSpec:
     policy: dict  # {"kind": "random"} or {"kind": "checkpoint", "path": experiment folder, "checkpoint": ..}
 
 
-Policy = Callable[[Any, np.random.Generator], Any]
+EpisodeActor = Callable[[Any], Any]  # observation -> action, for one episode
+Actor = Callable[[np.random.Generator], EpisodeActor]  # starts an episode; the rng is the task's
 
 
-def make_policy(spec: dict, spaces: dict[str, tuple]) -> Callable[[str], Policy]:
-    """env name -> act(obs, rng). Random actions, or a trained policy loaded from an experiment."""
+def make_actors(spec: dict, spaces: dict[str, tuple]) -> dict[str, Actor]:
+    """env name -> how to act in it: random actions, or the experiment's trained policy."""
     if spec["kind"] == "random":
-        def random_for(env: str) -> Policy:
-            space = spaces[env][1]
-            return lambda obs, rng: _sample(space, rng)
-        return random_for
+        def random_actor(space) -> Actor:
+            return lambda rng: lambda obs: _sample(space, rng)
+        return {env: random_actor(action_space) for env, (_, action_space) in spaces.items()}
 
     import torch
 
-    from algo.model import ActorCritic, ModelSpec
-    from sf_core import checkpoint
-    from sf_core.experiment import load_config
-    from sf_core.split_runner import env_action_converter
+    from sf_core.policy import TrainedPolicy, load_checkpoint
 
-    torch.set_num_threads(1)
-    cfg = load_config(spec["path"])
-    state = checkpoint.load(checkpoint.find_checkpoint(spec["path"], spec["checkpoint"]), map_location="cpu")
-    models: dict[str, Policy] = {}
+    torch.set_num_threads(1)  # one thread per task thread: the worker's threads share the cores
+    loaded = load_checkpoint(spec["path"], spec["checkpoint"])
 
-    def trained_for(env: str) -> Policy:
-        if env not in models:
-            obs_space, action_space = spaces[env]
-            model = ActorCritic(obs_space, action_space, ModelSpec.from_config(cfg))
-            model.load_state_dict(state["model"])
-            model.eval()
-            convert = env_action_converter(action_space)
-
-            def act(obs, rng, model=model, convert=convert):
-                with torch.no_grad():
-                    params, _ = model(torch.as_tensor(np.asarray(obs)[None]))
-                    dist = model.distribution(params)
-                    action = (dist.mode() if spec.get("deterministic") else dist.sample())[0].numpy()
-                return convert(action)
-            models[env] = act
-        return models[env]
-    return trained_for
+    def trained_actor(policy: TrainedPolicy) -> Actor:
+        def start(rng: np.random.Generator) -> EpisodeActor:
+            episode = policy.start_episode()  # this task's own recurrent state; the model is shared
+            return lambda obs: policy.act([obs], episode)[0]
+        return start
+    # one policy (one copy of the weights) per env, built before the task threads start
+    return {env: trained_actor(loaded.policy(obs_space, action_space, bool(spec.get("deterministic"))))
+            for env, (obs_space, action_space) in spaces.items()}
 
 
 def _sample(space, rng: np.random.Generator):
@@ -87,7 +73,7 @@ def _sample(space, rng: np.random.Generator):
     return space.sample()
 
 
-def run_task(task: dict, pool: EnvPool, act: Policy, acquire_timeout: float) -> dict:
+def run_task(task: dict, pool: EnvPool, actor: Actor, acquire_timeout: float) -> dict:
     """Play one task's episodes on one slot; the attempt's outcome (never raises)."""
     env = PooledEnv(pool, acquire_timeout, avoid=frozenset(task.get("avoid", ())))  # not where it failed
     outcome: dict[str, Any] = {"slot": None, "returns": [], "lengths": [], "error": None, "retryable": False}
@@ -98,9 +84,10 @@ def run_task(task: dict, pool: EnvPool, act: Policy, acquire_timeout: float) -> 
         for episode in range(task["episodes"]):
             obs, _ = env.reset(seed=None if seed is None else seed + episode, options=options)
             outcome["slot"] = env.slot_name
+            act = actor(rng)
             total, length, done = 0.0, 0, False
             while not done:
-                obs, reward, terminated, truncated, _ = env.step(act(obs, rng))
+                obs, reward, terminated, truncated, _ = env.step(act(obs))
                 total, length, done = total + reward, length + 1, terminated or truncated
             outcome["returns"].append(total)
             outcome["lengths"].append(length)
@@ -121,7 +108,7 @@ def worker_main(spec: WorkerSpec, tasks, results, stop) -> None:
     pools = {env: EnvPool(slots, env, spec.timeout, spec.recheck_interval) for env, slots in spec.slots.items()}
     try:
         spaces = {env: pool.spaces() for env, pool in pools.items()}
-        policy_for = make_policy(spec.policy, spaces)
+        actors = make_actors(spec.policy, spaces)
     except Exception as exc:  # noqa: BLE001 - reported, the coordinator stops
         results.put({"kind": "worker_error", "worker": spec.worker, "error": f"{type(exc).__name__}: {exc}"})
         return
@@ -139,7 +126,7 @@ def worker_main(spec: WorkerSpec, tasks, results, stop) -> None:
             if task is None:
                 return
             results.put({"kind": "started", "worker": spec.worker, "id": task["id"]})
-            outcome = run_task(task, pools[task["env"]], policy_for(task["env"]), spec.acquire_timeout)
+            outcome = run_task(task, pools[task["env"]], actors[task["env"]], spec.acquire_timeout)
             results.put({"kind": "attempt", "worker": spec.worker, "id": task["id"], **outcome})
 
     threads = [threading.Thread(target=consume, name=f"task_thread_{i}", daemon=True)

@@ -25,6 +25,7 @@ import signal
 import time
 from queue import Empty
 
+from sf_core.config import ConfigError
 from sf_core.service.endpoints import (
     Endpoint,
     ServiceConfigError,
@@ -127,8 +128,10 @@ def plan_workers(args: argparse.Namespace, by_env: dict[str, list], needed: set[
             raise EvalError(f"{env}: {' + '.join(map(str, by_env[env]))} = {total} slots but --num_workers={W}: "
                             f"each worker needs at least one slot of every env its tasks use ({total} < {W})")
     if args.experiment:
-        policy = {"kind": "checkpoint", "path": os.path.join(args.train_dir or "train_dir", args.experiment),
-                  "checkpoint": args.checkpoint, "deterministic": args.eval_deterministic}
+        path = os.path.join(args.train_dir or "train_dir", args.experiment)
+        check_policy(path, args.checkpoint)
+        policy = {"kind": "checkpoint", "path": path, "checkpoint": args.checkpoint,
+                  "deterministic": args.eval_deterministic}
     else:
         policy = {"kind": "random"}
     specs = []
@@ -140,6 +143,18 @@ def plan_workers(args: argparse.Namespace, by_env: dict[str, list], needed: set[
         specs.append(WorkerSpec(w, slots, concurrency, args.env_service_timeout, args.env_service_recheck_interval,
                                 args.acquire_timeout, policy))
     return specs
+
+
+def check_policy(experiment_path: str, which: str) -> None:
+    """A missing experiment or checkpoint, or an unregistered custom model part, stops the run here,
+    not in every worker."""
+    # imported here: it brings torch, which the coordinator needs only when a trained policy acts
+    from sf_core.policy import locate_checkpoint
+
+    try:
+        locate_checkpoint(experiment_path, which)
+    except ConfigError as exc:
+        raise EvalError(str(exc)) from None
 
 
 # ------------------------------------------------------------------ coordination

@@ -8,7 +8,8 @@ A message is a ZeroMQ multipart message: one JSON header frame, then one raw fra
     error    header: {"ok": false, "error": "why"}
 
 Nothing is ever pickled: arrays travel as bytes with a dtype from a fixed allow-list and a shape that the
-receiver checks against the env's spaces; spaces travel as JSON (`space_to_json`). Infos keep only JSON
+receiver checks against the env's spaces; spaces travel as JSON (`space_to_json`). A Dict or Tuple
+observation travels as one array per leaf, in the order of its space (`obs_arrays`). Infos keep only JSON
 scalars (numbers, strings, booleans, None).
 """
 
@@ -137,8 +138,12 @@ def space_to_json(space: gym.Space) -> dict:
                 "start": np.asarray(space.start).tolist()}
     if isinstance(space, gym.spaces.MultiBinary):
         return {"type": "MultiBinary", "n": np.atleast_1d(space.n).tolist()}
+    if isinstance(space, gym.spaces.Dict):
+        return {"type": "Dict", "spaces": [[str(key), space_to_json(sub)] for key, sub in space.spaces.items()]}
+    if isinstance(space, gym.spaces.Tuple):
+        return {"type": "Tuple", "spaces": [space_to_json(sub) for sub in space.spaces]}
     raise ProtocolError(f"{type(space).__name__} spaces cannot be served yet (Box, Discrete, MultiDiscrete, "
-                        f"MultiBinary can)")
+                        f"MultiBinary, and Dict or Tuple of them can)")
 
 
 def space_from_json(data: Any) -> gym.Space:
@@ -159,9 +164,49 @@ def space_from_json(data: Any) -> gym.Space:
         if kind == "MultiBinary":
             n = data["n"]
             return gym.spaces.MultiBinary(n[0] if len(n) == 1 else n)
+        if kind == "Dict":  # a list of pairs: JSON objects need not keep their order, the leaves' frames do
+            return gym.spaces.Dict({str(key): space_from_json(sub) for key, sub in data["spaces"]})
+        if kind == "Tuple":
+            return gym.spaces.Tuple([space_from_json(sub) for sub in data["spaces"]])
     except (KeyError, TypeError, ValueError) as exc:
         raise ProtocolError(f"bad space description {data!r}: {exc}") from None
     raise ProtocolError(f"unknown space type {data.get('type') if isinstance(data, dict) else data!r}")
+
+
+def is_structured(space: gym.Space) -> bool:
+    return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))
+
+
+def leaf_spaces(space: gym.Space) -> list[gym.Space]:
+    """The non-structured spaces inside `space`, in the order their arrays travel."""
+    if isinstance(space, gym.spaces.Dict):
+        return [leaf for sub in space.spaces.values() for leaf in leaf_spaces(sub)]
+    if isinstance(space, gym.spaces.Tuple):
+        return [leaf for sub in space.spaces for leaf in leaf_spaces(sub)]
+    return [space]
+
+
+def obs_arrays(space: gym.Space, value: Any) -> list[np.ndarray]:
+    """An observation as the arrays that go on the wire: one per leaf of a Dict/Tuple space."""
+    if isinstance(space, gym.spaces.Dict):
+        return [array for key, sub in space.spaces.items() for array in obs_arrays(sub, value[key])]
+    if isinstance(space, gym.spaces.Tuple):
+        return [array for sub, item in zip(space.spaces, value, strict=True) for array in obs_arrays(sub, item)]
+    return [space_array(space, value)]
+
+
+def obs_value(space: gym.Space, arrays: list[np.ndarray]) -> Any:
+    """The arrays of `obs_arrays` back as the observation (dicts and tuples rebuilt); the caller has
+    checked each array against its leaf space."""
+    leaves = iter(arrays)
+
+    def build(sub: gym.Space) -> Any:
+        if isinstance(sub, gym.spaces.Dict):
+            return {key: build(s) for key, s in sub.spaces.items()}
+        if isinstance(sub, gym.spaces.Tuple):
+            return tuple(build(s) for s in sub.spaces)
+        return next(leaves)
+    return build(space)
 
 
 def space_array(space: gym.Space, value: Any) -> np.ndarray:
@@ -190,6 +235,7 @@ def space_value(space: gym.Space, array: np.ndarray) -> Any:
 
 
 def max_message_bytes(*spaces: gym.Space) -> int:
-    """What one message may weigh: a header plus a few times the largest array, and at least 1 MiB."""
-    biggest = max(int(np.prod(s.shape or (1,))) * max(np.dtype(s.dtype or np.int64).itemsize, 8) for s in spaces)
+    """What one message may weigh: a header plus a few times the largest value (all its arrays), at least 1 MiB."""
+    biggest = max(sum(int(np.prod(leaf.shape or (1,))) * max(np.dtype(leaf.dtype or np.int64).itemsize, 8)
+                      for leaf in leaf_spaces(s)) for s in spaces)
     return MAX_HEADER_BYTES + max(4 * biggest, 1 << 20)

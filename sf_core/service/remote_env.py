@@ -21,7 +21,9 @@ import zmq
 from sf_core.service.protocol import (
     PROTOCOL_VERSION,
     ProtocolError,
+    leaf_spaces,
     max_message_bytes,
+    obs_value,
     pack,
     space_array,
     space_from_json,
@@ -138,11 +140,13 @@ class RemoteEnv(gym.Env):
             raise ServiceError(f"{address} has {self.description['capacity']} slots; there is no slot {slot}")
         self.client.max_bytes = max_message_bytes(self.observation_space, self.action_space)
 
-    def _obs(self, arrays: list[np.ndarray]) -> np.ndarray | int:
-        space = self.observation_space
-        if len(arrays) != 1:
-            raise ServiceError(f"{self.address} sent {len(arrays)} observation arrays, expected 1")
-        obs = arrays[0]
+    def _obs(self, arrays: list[np.ndarray]) -> Any:
+        leaves = leaf_spaces(self.observation_space)
+        if len(arrays) != len(leaves):
+            raise ServiceError(f"{self.address} sent {len(arrays)} observation arrays, expected {len(leaves)}")
+        return obs_value(self.observation_space, [self._leaf(space, obs) for space, obs in zip(leaves, arrays)])
+
+    def _leaf(self, space: gym.Space, obs: np.ndarray) -> np.ndarray | int:
         if isinstance(space, gym.spaces.Discrete):
             if obs.shape != () or obs.dtype.kind not in "iu":
                 raise ServiceError(f"{self.address} sent a {obs.dtype}{list(obs.shape)} observation for {space}")

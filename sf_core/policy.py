@@ -1,0 +1,110 @@
+"""A trained policy outside training: the one loader behind `sf_core.enjoy` and the evaluator's workers.
+
+    loaded = load_checkpoint("train_dir/exp", "latest")    # config + weights; the model's flags checked
+    policy = loaded.policy(env.observation_space, env.action_space, deterministic=True)
+    episode = policy.start_episode()                        # a zero recurrent state, for one episode
+    action = policy.act([obs], episode)[0]                  # what env.step expects
+
+The model is rebuilt from the experiment's config.json exactly as it was trained. It acts as the rollout
+workers do: observations packed by `ObsWriter` (Dict/Tuple spaces into one byte row), the recurrent
+state carried from step to step, actions converted for `env.step`. The state lives in an `EpisodeState`,
+not in the policy, so one policy (one copy of the weights) can serve many episodes at once: the
+evaluator's task threads share it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+from algo.model import ActorCritic, ModelSpec
+from algo.observations import ObsWriter, obs_storage
+from sf_core import checkpoint
+from sf_core.config import Config, ConfigError
+from sf_core.experiment import load_config
+from sf_core.split_runner import env_action_converter
+
+
+@dataclass(frozen=True)
+class PolicyCheckpoint:
+    """An experiment's config and one of its checkpoints, ready to build the policy for an env's spaces."""
+
+    cfg: Config
+    path: str  # the checkpoint file
+    version: int  # policy version the checkpoint holds
+    weights: dict  # the model's state_dict
+    spec: ModelSpec
+    env_frames: int = 0  # env frames the run had trained on when it saved this checkpoint
+
+    def policy(self, obs_space: gym.Space, action_space: gym.Space, deterministic: bool = False,
+               device: str = "cpu") -> TrainedPolicy:
+        model = ActorCritic(obs_space, action_space, self.spec).to(device)
+        model.load_state_dict(self.weights)
+        model.eval()
+        return TrainedPolicy(model, obs_space, action_space, deterministic, device)
+
+
+def locate_checkpoint(experiment_path: str, which: str = "latest") -> tuple[Config, str, ModelSpec]:
+    """The experiment's config, the file of checkpoint `which` (latest, best or a path) and the model's
+    flags. ConfigError when either file is missing, or when the model uses a custom part this process
+    has not registered."""
+    cfg = load_config(experiment_path)
+    try:
+        spec = ModelSpec.from_config(cfg)
+    except ValueError as exc:  # a custom model part not registered in this process
+        raise ConfigError(f"{exc} (to evaluate the policy, run from a script that registers it, "
+                          f"see docs/models.md)") from None
+    path = checkpoint.find_checkpoint(experiment_path, which)
+    if path is None:
+        raise ConfigError(f"no checkpoint {which!r} in {checkpoint.checkpoint_dir(experiment_path)}")
+    return cfg, path, spec
+
+
+def load_checkpoint(experiment_path: str, which: str = "latest", device: str = "cpu") -> PolicyCheckpoint:
+    """`locate_checkpoint`, then the checkpoint's weights."""
+    cfg, path, spec = locate_checkpoint(experiment_path, which)
+    state = checkpoint.load(path, map_location=device)
+    return PolicyCheckpoint(cfg, path, int(state["version"]), state["model"], spec,
+                            int(state.get("runner", {}).get("frames", 0)))
+
+
+class EpisodeState:
+    """What a recurrent policy remembers during one episode, one row per agent (zeros: nothing yet)."""
+
+    def __init__(self, rnn: torch.Tensor):
+        self.rnn = rnn  # [agents, rnn_state_size]
+
+    def agent_done(self, agent: int) -> None:
+        """That agent's episode ended (a multi-agent env goes on): its next one starts from zeros."""
+        self.rnn[agent] = 0.0
+
+
+class TrainedPolicy:
+    """A loaded model acting in an env with the given spaces. Holds no per-episode state, so several
+    threads may act with it at once, each with its own EpisodeState."""
+
+    def __init__(self, model: ActorCritic, obs_space: gym.Space, action_space: gym.Space, deterministic: bool,
+                 device: str = "cpu"):
+        self.model, self.deterministic, self.device = model, deterministic, device
+        self.writer = ObsWriter(obs_space)
+        self.row_shape, self.row_dtype = obs_storage(obs_space)
+        self.to_env_action = env_action_converter(action_space)
+
+    def start_episode(self, agents: int = 1) -> EpisodeState:
+        return EpisodeState(self.model.initial_state(agents, self.device))
+
+    @torch.no_grad()
+    def act(self, observations: Sequence[Any], episode: EpisodeState) -> list[Any]:
+        """One env action per agent's observation; advances the episode's recurrent state."""
+        rows = torch.zeros((len(observations), *self.row_shape), dtype=self.row_dtype)
+        for i, obs in enumerate(observations):
+            self.writer.write(obs, rows.numpy()[i])
+        params, _, episode.rnn = self.model.step(rows.to(self.device), episode.rnn)
+        dist = self.model.distribution(params)
+        actions = (dist.mode() if self.deterministic else dist.sample()).cpu().numpy()
+        return [self.to_env_action(a) for a in actions]
+
