@@ -70,9 +70,7 @@ class Component(EventLoopObject):
     def __init__(self, event_loop: EventLoop, name: str, control: ControlBlock | None = None):
         super().__init__(event_loop, name)
         self.name = name
-        # a component built on its own (a test, a tool) gets a control block of its own: no heartbeats
-        self.control = control if control is not None else ControlBlock(None)
-        self.heartbeats = self.control.heartbeats
+        self.heartbeats = control.heartbeats if control is not None else None
         self.heartbeat_index = self.heartbeats.index(name) if self.heartbeats is not None else -1
         if self.heartbeats is not None:
             self.heartbeat_timer = Timer(event_loop, self.HEARTBEAT_SEC, object_id=f"{name}_heartbeat")

@@ -33,6 +33,7 @@ class Learner(Component):
                  checkpoint_dir: str, resume_from: str | None, algorithm_builder: AlgorithmBuilder,
                  control: ControlBlock):
         super().__init__(loop, "learner", control)
+        self.control = control  # the stop flag: a stop skips the datasets queued behind it
         self.algorithm_builder = algorithm_builder
         self.checkpoint_dir, self.resume_from = checkpoint_dir, resume_from
         self.cfg, self.datasets, self.weights = cfg, datasets, weights

@@ -27,7 +27,9 @@ class Signal(Generic[P]):
         self.meaning = inspect.getdoc(payload) or ""
 
     def emit(self, sender: Any, *args: P.args, **kwargs: P.kwargs) -> None:
-        sender.emit(self.name, *args)  # signal-slot-mp delivers positional arguments only
+        if kwargs:  # the type checker accepts payload names; signal-slot-mp would drop them silently
+            raise TypeError(f"signal {self.name!r}: pass the payload positionally, not {sorted(kwargs)}")
+        sender.emit(self.name, *args)
 
     def connect(self, sender: Any, slot: Callable[P, None]) -> None:
         self.check_slot(slot)
@@ -52,6 +54,8 @@ class RoutedSignal(Signal[P]):
         return f"{self.name}_{index}"
 
     def emit_to(self, sender: Any, index: int, *args: P.args, **kwargs: P.kwargs) -> None:
+        if kwargs:
+            raise TypeError(f"signal {self.name!r}: pass the payload positionally, not {sorted(kwargs)}")
         sender.emit(self.route(index), *args)
 
     def connect_to(self, sender: Any, index: int, slot: Callable[P, None]) -> None:

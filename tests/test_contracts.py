@@ -119,6 +119,18 @@ def test_a_slot_whose_parameters_differ_from_the_payload_cannot_be_connected():
     signals.BATCH_READY.connect(sender, receiver.batch_ready)
 
 
+def test_a_payload_passed_by_keyword_is_refused_not_dropped():
+    """signal-slot-mp delivers positional arguments only: a keyword would vanish on the way."""
+    from signal_slot.signal_slot import EventLoop, EventLoopObject
+
+    sender = EventLoopObject(EventLoop("test_keyword_loop", serial_mode=True), "sender")
+    with pytest.raises(TypeError, match="positionally"):
+        signals.BATCH_READY.emit(sender, index=3)
+    with pytest.raises(TypeError, match="positionally"):
+        signals.ADVANCE.emit_to(sender, 0, splits=[1])
+    signals.BATCH_READY.emit(sender, 3)  # positional: fine (no receiver connected)
+
+
 def test_every_signal_is_declared_once_with_a_meaning():
     names = [s.name for s in signals.ALL]
     assert len(names) == len(set(names))
