@@ -19,8 +19,9 @@ PATTERN = "checkpoint_v{version:09d}_f{frames:012d}.pt"
 BEST = "best.pt"
 
 
-def checkpoint_dir(experiment_path: str) -> str:
-    return os.path.join(experiment_path, "checkpoint")
+def checkpoint_dir(experiment_path: str, policy: int = 0, num_policies: int = 1) -> str:
+    """`checkpoint/` for a run of one policy; `checkpoint_p{K}/` for each policy of several."""
+    return os.path.join(experiment_path, "checkpoint" if num_policies == 1 else f"checkpoint_p{policy}")
 
 
 def list_checkpoints(directory: str) -> list[str]:

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-GROUPS = ("experiment", "env", "rollout", "learning", "model", "logging", "system")
+GROUPS = ("experiment", "env", "rollout", "learning", "policies", "model", "logging", "system")
 
 
 class ConfigError(ValueError):
@@ -126,6 +126,40 @@ class Config:
         "(weights, optimizer, losses and sampling stay float32). SGD steps 2.2-2.5x faster on a CPU with AMX "
         "(scripts/bench_sgd_step.py); also for recent GPUs; slower where bf16 is emulated.")
 
+    # --- policies (docs/multi_policy.md)
+    num_policies: int = flag(
+        1, "policies", "Policies trained at once, each with its own weights, inference workers, batcher and learner. "
+        "Agents are assigned to policies by --policy_mapping at every episode start.")
+    policy_mapping: str = flag(
+        "auto", "policies", "Which policy controls which agent, chosen at each episode start: random (each agent "
+        "of each env draws a policy), spread (env k of E always plays policy k * num_policies // E: contiguous "
+        "blocks, so a split serves one policy), or a name registered with "
+        "sf_core.policy_mapping.register_policy_mapping. auto: random for multi-agent envs, spread otherwise.")
+    with_pbt: bool = flag(
+        False, "policies", "Population-based training: every --pbt_period_env_steps the worst policies take the "
+        "weights and hyperparameters of the best and mutate them (needs --num_policies >= 2).")
+    pbt_period_env_steps: int = flag(5_000_000, "policies", "Env frames (of each policy) between PBT updates.")
+    pbt_start_mutation: int = flag(20_000_000, "policies", "No PBT replacement before a policy has this many env "
+                                   "frames (it needs time to show what its hyperparameters do).")
+    pbt_replace_fraction: float = flag(0.3, "policies", "Fraction of the population (at least one policy) "
+                                       "replaced by the best at each PBT update, and the fraction counted as best.")
+    pbt_mutation_rate: float = flag(0.15, "policies", "Probability of each hyperparameter to mutate when a "
+                                    "policy is replaced.")
+    pbt_perturb_min: float = flag(1.1, "policies", "A mutation multiplies or divides by a factor drawn from "
+                                  "[pbt_perturb_min, pbt_perturb_max].")
+    pbt_perturb_max: float = flag(1.5, "policies", "See --pbt_perturb_min.")
+    pbt_replace_reward_gap: float = flag(
+        0.1, "policies", "Replace a policy only if the best objective exceeds its own by this fraction of the "
+        "objectives' spread (|best| + 1e-6).")
+    pbt_target_objective: str = flag(
+        "episode_return", "policies", "What PBT ranks policies by: episode_return (mean recent return), "
+        "win_rate (2-player games: mean win rate against the other policies), or the name of a number the env "
+        "puts in the info dict of an episode's last step.")
+    pbt_hyperparams: list[str] = flag(
+        ["learning_rate", "exploration_loss_coeff", "ppo_clip_ratio", "gamma"], "policies",
+        "Hyperparameters PBT copies and mutates: names of numeric learning flags (gamma and gae_lambda are "
+        "mutated as 1 - x, so they stay below 1).")
+
     # --- model
     encoder_mlp_layers: list[int] = flag([512, 512], "model", "Hidden layer sizes of the MLP encoder (1-D and other "
                                          "non-image Box observations, flattened).")
@@ -209,7 +243,7 @@ class Config:
     def validate(self) -> None:
         if not self.env:
             raise ConfigError("--env is required (a registered env name or a gymnasium id such as CartPole-v1)")
-        positive = ("num_workers", "num_envs_per_worker", "worker_num_splits", "policy_workers_per_policy",
+        positive = ("num_workers", "num_envs_per_worker", "worker_num_splits", "policy_workers_per_policy", "num_policies",
                     "rollout", "batch_size", "num_batches_per_epoch", "num_epochs", "torch_threads",
                     "stats_window", "env_frameskip", "keep_checkpoints")
         for name in positive:
@@ -240,6 +274,7 @@ class Config:
                 f"(the learner trains on whole trajectories)"
             )
         self._validate_recurrence()
+        self._validate_policies()
         for name in ("encoder_mlp_layers", "encoder_conv_mlp_layers", "decoder_mlp_layers"):
             if any(size < 1 for size in getattr(self, name)):
                 raise ConfigError(f"--{name} must be positive sizes, got {getattr(self, name)}")
@@ -264,6 +299,26 @@ class Config:
         if self.rollout % length or self.batch_size % length:
             raise ConfigError(f"--recurrence={length} must divide --rollout={self.rollout} and --batch_size="
                               f"{self.batch_size}: the learner trains on whole sequences of that length")
+
+    def _validate_policies(self) -> None:
+        if not self.with_pbt:
+            return
+        if self.num_policies < 2:
+            raise ConfigError(f"--with_pbt needs a population: --num_policies must be at least 2, got {self.num_policies}")
+        if not 0.0 < self.pbt_replace_fraction <= 0.5:
+            raise ConfigError(f"--pbt_replace_fraction must be in (0, 0.5], got {self.pbt_replace_fraction}")
+        if not 0.0 <= self.pbt_mutation_rate <= 1.0:
+            raise ConfigError(f"--pbt_mutation_rate must be in [0, 1], got {self.pbt_mutation_rate}")
+        if not 1.0 <= self.pbt_perturb_min <= self.pbt_perturb_max:
+            raise ConfigError(f"--pbt_perturb_min/max must satisfy 1 <= min <= max, got "
+                              f"{self.pbt_perturb_min}, {self.pbt_perturb_max}")
+        if self.pbt_period_env_steps < 1:
+            raise ConfigError(f"--pbt_period_env_steps must be at least 1, got {self.pbt_period_env_steps}")
+        numeric = {f.name for f in dataclasses.fields(self) if f.metadata["group"] == "learning" and f.type == "float"}
+        unknown = [name for name in self.pbt_hyperparams if name not in numeric]
+        if unknown:
+            raise ConfigError(f"--pbt_hyperparams: {', '.join(unknown)} cannot be mutated; choose among the numeric "
+                              f"learning flags: {', '.join(sorted(numeric))}")
 
     def _validate_env_service(self) -> None:
         from sf_core.service.endpoints import ServiceConfigError, envs_per_worker, parse_service

@@ -65,7 +65,9 @@ class RoutedSignal(Signal[P]):
 
 # ------------------------------------------------------------------------------- payload types
 
-Episode = tuple[float, int, int]  # (return, length, agent index within its env)
+Episode = tuple[float, int, int, int]  # (return, length, agent index within its env, policy that played it)
+# a multi-agent env's episode, once every agent finished it: each agent's policy and return (win rates)
+Match = tuple[tuple[int, ...], tuple[float, ...]]
 
 
 @dataclass
@@ -87,11 +89,15 @@ class RolloutReport:
     env_seconds: float
     env_faults: int
     service: ServiceReport | None = None
+    matches: list[Match] = field(default_factory=list)
+    # (policy, value) of --pbt_target_objective where the env reports it in an episode's last info
+    objectives: list[tuple[int, float]] = field(default_factory=list)
 
 
 @dataclass
 class InferenceReport:
     index: int
+    policy: int
     requests: int
     batches: int
     seconds: float
@@ -99,6 +105,7 @@ class InferenceReport:
 
 @dataclass
 class LearnerReport:
+    policy: int
     version: int
     samples: int
     train_seconds: float
