@@ -135,6 +135,10 @@ class Config:
         "of each env draws a policy), spread (env k of E always plays policy k * num_policies // E: contiguous "
         "blocks, so a split serves one policy), or a name registered with "
         "sf_core.policy_mapping.register_policy_mapping. auto: random for multi-agent envs, spread otherwise.")
+    policy_hyperparams: list[str] = flag(
+        [], "policies", "Per-policy values of numeric learning flags, for ablations on the same samples or a PBT "
+        "population's start: K:name=value[,name=value...] per entry, e.g. 1:learning_rate=3e-6 "
+        "2:gamma=0.95,exploration_loss_coeff=0.01. Policies not named use the flags.")
     with_pbt: bool = flag(
         False, "policies", "Population-based training: every --pbt_period_env_steps the worst policies take the "
         "weights and hyperparameters of the best and mutate them (needs --num_policies >= 2).")
@@ -300,7 +304,34 @@ class Config:
             raise ConfigError(f"--recurrence={length} must divide --rollout={self.rollout} and --batch_size="
                               f"{self.batch_size}: the learner trains on whole sequences of that length")
 
+    def policy_overrides(self) -> dict[int, dict[str, float]]:
+        """--policy_hyperparams parsed: policy -> {flag: value}."""
+        numeric = {f.name for f in dataclasses.fields(self) if f.metadata["group"] == "learning" and f.type == "float"}
+        found: dict[int, dict[str, float]] = {}
+        for entry in self.policy_hyperparams:
+            policy, _, assignments = entry.partition(":")
+            try:
+                k = int(policy)
+                pairs = [a.split("=", 1) for a in assignments.split(",")]
+                values = {name.strip(): float(value) for name, value in pairs}
+            except ValueError:
+                raise ConfigError(f"--policy_hyperparams: {entry!r} is not K:name=value[,name=value...]") from None
+            if not 0 <= k < self.num_policies:
+                raise ConfigError(f"--policy_hyperparams: policy {k} does not exist (--num_policies={self.num_policies})")
+            unknown = sorted(set(values) - numeric)
+            if unknown:
+                raise ConfigError(f"--policy_hyperparams: {', '.join(unknown)} is not a numeric learning flag; "
+                                  f"choose among {', '.join(sorted(numeric))}")
+            found.setdefault(k, {}).update(values)
+        return found
+
+    def policy_config(self, policy: int) -> "Config":
+        """The config policy `policy` starts from: the flags with its --policy_hyperparams applied."""
+        values = self.policy_overrides().get(policy)
+        return dataclasses.replace(self, **values) if values else self
+
     def _validate_policies(self) -> None:
+        self.policy_overrides()
         if not self.with_pbt:
             return
         if self.num_policies < 2:
