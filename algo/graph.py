@@ -70,6 +70,7 @@ class Context:
     params: Any
     policy_version: int = 0
     on_minibatch: Callable[[], None] = lambda: None
+    policy_index: int = 0  # which of --num_policies this learner trains
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import faster_fifo
 import torch
 from sf_core.control import ControlBlock
-from sf_core.signals import COMPONENT_ERROR, Signal
+from sf_core.signals import COMPONENT_ERROR, RoutedSignal, Signal
 from signal_slot.signal_slot import EventLoop, EventLoopObject, EventLoopProcess, Timer
 
 
@@ -116,23 +116,25 @@ class Routing:
         return loop
 
     @staticmethod
-    def emit_bounded(sender: EventLoopObject, signal_: Signal, args: tuple, timeout: float = 2.0) -> list[str]:
+    def emit_bounded(sender: EventLoopObject, signal_: Signal, args: tuple, timeout: float = 2.0,
+                     route: int | None = None) -> list[str]:
         """Emit like `signal_.emit`, but give up on any receiver's queue that stays locked past `timeout`.
 
         A process killed inside a faster-fifo put or get leaves that queue's mutex locked for good
         (the mutexes are not robust), so an ordinary emit into it blocks forever. Each queue gets its
         own daemon thread (puts release the GIL); a put still stuck at the deadline is abandoned.
-        Returns the receivers that could not be reached.
+        Returns the receivers that could not be reached. `route`: the index a RoutedSignal is sent to.
         """
+        name = signal_.route(route) if isinstance(signal_, RoutedSignal) and route is not None else signal_.name
         by_queue: dict[int, tuple[Any, list[str]]] = {}
-        for receiver in sender.send_signals_to.get(signal_.name, ()):
+        for receiver in sender.send_signals_to.get(name, ()):
             queue = sender.receiver_queues[receiver]
             by_queue.setdefault(id(queue), (queue, []))[1].append(receiver)
-        message = [(sender.object_id, signal_.name, args)]
+        message = [(sender.object_id, name, args)]
         puts = []
         for queue, receivers in by_queue.values():
             thread = threading.Thread(target=_put_quietly, args=(queue, message), daemon=True,
-                                      name=f"{sender.object_id}_emit_{signal_.name}")
+                                      name=f"{sender.object_id}_emit_{name}")
             thread.start()
             puts.append((thread, receivers))
         deadline = time.monotonic() + timeout
@@ -292,3 +294,23 @@ def run_loop(loop: EventLoop, reporter: Component | None) -> None:
         if reporter is not None:
             reporter.report_error(exc)
         raise SystemExit(1)
+
+
+def start_loop_watchdog(last_turn: Callable[[], float], limit: float, processes: Callable[[], list],
+                        done: threading.Event, exit_code: int) -> None:
+    """Last line of defence for the runner itself: if its own loop stops turning (`last_turn()` older than
+    `limit` seconds; a component killed while holding the runner's queue lock would block it inside
+    faster-fifo forever), a thread names the problem, kills the component processes and exits, instead
+    of hanging."""
+
+    def watch() -> None:
+        while not done.wait(1.0):
+            if time.time() - last_turn() > limit:
+                logging.getLogger("sf_core").error("the runner's event loop has not run for %.0fs: killing all "
+                                                   "components", limit)
+                for proc in processes():
+                    if proc.pid is not None and proc.is_alive():
+                        os.kill(proc.pid, os_signal.SIGKILL)
+                os._exit(exit_code)
+
+    threading.Thread(target=watch, name="runner_loop_watchdog", daemon=True).start()

@@ -332,6 +332,9 @@ class Config:
 
     def _validate_policies(self) -> None:
         self.policy_overrides()
+        if self.num_policies > 1 and not self.async_rl:
+            raise ConfigError("--async_rl=False trains one policy: with several, a trajectory slot holds rows of "
+                              "several policies and cannot wait for all of their learners; use --async_rl=True")
         if not self.with_pbt:
             return
         if self.num_policies < 2:

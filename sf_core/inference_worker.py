@@ -3,6 +3,9 @@
 Signals in: policy_request, flush_requests (to itself: one forward pass serves every request queued
 before it), stop. Out: advance (to each rollout worker with a request served), report (sf_core/signals.py).
 
+Each serves one policy. With several policies it acts only on the rows its policy controls (the
+`policy_id` field) and values the cut episodes that policy played.
+
 Reads observations from the trajectory buffers and writes actions, log-probs, values and the policy
 version into the same rows. For envs truncated on the previous step it also writes the value of
 their final observation (`trunc_values`), which the learner bootstraps from.
@@ -11,6 +14,7 @@ their final observation (`trunc_values`), which the learner bootstraps from.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
@@ -27,26 +31,68 @@ from signal_slot.signal_slot import EventLoop, Timer
 
 Request = tuple[int, int, int, int, int, bool]  # policy_request's payload (sf_core/signals.py)
 
+
+@dataclass
+class Rows:
+    """The buffer rows one forward pass acts on, as numpy index tuples. One policy: every env row of each
+    request (`lead` = [requests, rows per split]). Several: only the rows this policy acts for (`lead` =
+    [rows]), each addressed by (slot, row, env row)."""
+
+    at: tuple  # this row of each trajectory
+    at_previous: tuple  # the row before it (row -1 of a row 0 is masked out by `stepped`)
+    at_row0: tuple  # row 0 of the same slot (a carried row's recorded state)
+    at_split: tuple  # the env row in per-split tensors (rnn_latest)
+    stepped: np.ndarray  # the row follows a step (RowOrigin.AFTER_STEP), broadcastable to `lead`
+    carried: np.ndarray  # the row was carried from the previous slot
+    lead: tuple[int, ...]
+
+    @property
+    def count(self) -> int:
+        return int(np.prod(self.lead))
+
+    @classmethod
+    def of(cls, requests: list[Request], layout: BufferLayout, policy_id: np.ndarray, policy: int,
+           num_policies: int) -> "Rows":
+        n = len(requests)
+        slots = np.fromiter((r[2] for r in requests), dtype=np.int64, count=n)
+        rows = np.fromiter((r[3] for r in requests), dtype=np.int64, count=n)
+        origins = np.fromiter((r[4] for r in requests), dtype=np.int64, count=n)
+        splits = np.fromiter((layout.split_index(r[0], r[1]) for r in requests), dtype=np.int64, count=n)
+        stepped, carried = origins == RowOrigin.AFTER_STEP, origins == RowOrigin.CARRIED
+        if num_policies == 1:  # the fast path: whole splits, indexed by (slot, row)
+            return cls((slots, rows), (slots, rows - 1), (slots, 0), (splits,), stepped[:, None], carried[:, None],
+                       (n, layout.rows_per_split))
+        req, env = np.nonzero(policy_id[slots, rows] == policy)
+        s, r = slots[req], rows[req]
+        return cls((s, r, env), (s, r - 1, env), (s, 0, env), (splits[req], env), stepped[req], carried[req],
+                   (len(req),))
+
+
 REPORT_INTERVAL_SEC = 1.0
+
+
+def inference_worker_name(policy: int, index: int, num_policies: int) -> str:
+    return f"inference_worker_{index}" if num_policies == 1 else f"inference_worker_p{policy}_{index}"
 
 
 class InferenceWorker(Component):
     def __init__(self, loop: EventLoop, index: int, cfg: Config, buffers: TrajectoryBuffers, weights: SharedWeights,
                  layout: BufferLayout, obs_space: gym.Space, action_space: gym.Space, spec: ModelSpec, device: str,
-                 seed: int, control: ControlBlock | None = None):
-        super().__init__(loop, f"inference_worker_{index}", control)
+                 seed: int, control: ControlBlock | None = None, policy: int = 0):
+        super().__init__(loop, inference_worker_name(policy, index, cfg.num_policies), control)
+        self.policy_index = policy
         self.index, self.cfg, self.buffers, self.weights, self.layout = index, cfg, buffers, weights, layout
         self.obs_space, self.action_space, self.device, self.seed = obs_space, action_space, device, seed
         self.spec = spec
         self.pending: list[Request] = []
         self.model: ActorCritic | None = None
         self.version = -1
-        self.report = InferenceReport(index, 0, 0, 0.0)  # what happened since the last report
+        self.report = InferenceReport(index, policy, 0, 0, 0.0)  # what happened since the last report
         loop.start.connect(self.on_start)
 
     @guarded
     def on_start(self) -> None:
-        torch.manual_seed(self.seed + 7919 * (self.index + 1))
+        torch.manual_seed(self.seed + 7919 * (self.index + 1) + 104729 * self.policy_index)
         self.model = ActorCritic(self.obs_space, self.action_space, self.spec).to(self.device)
         self.model.eval()
         if self.cfg.mixed_precision:
@@ -73,31 +119,13 @@ class InferenceWorker(Component):
         self.beat("policy forward pass")
         if self.weights.current_version() != self.version:
             self.version = self.weights.load_into(self.model)
-
-        # numpy fancy indexing on the shared buffers: for a few dozen envs it is several times
-        # cheaper than torch indexing (docs/performance.md)
-        views, E = self.views, self.layout.rows_per_split
-        slots = np.fromiter((r[2] for r in requests), dtype=np.int64, count=len(requests))
-        rows = np.fromiter((r[3] for r in requests), dtype=np.int64, count=len(requests))
-        shape = (len(requests), E)
         with torch.no_grad():
-            obs = torch.from_numpy(views["obs"][slots, rows]).flatten(0, 1).to(self.device)
-            if self.model.recurrent:
-                splits = np.fromiter((self.layout.split_index(r[0], r[1]) for r in requests), dtype=np.int64,
-                                     count=len(requests))
-                origins = np.fromiter((r[4] for r in requests), dtype=np.int64, count=len(requests))
-                params, values, latest = self._recurrent_step(obs, splits, slots, rows, origins)
-            else:
-                with self.precision():
-                    params, values = self.model(obs)
-            params, values = params.float(), values.float()
-            dist = self.model.distribution(params)
-            actions = dist.sample()
-            views["actions"][slots, rows] = actions.cpu().numpy().reshape(shape + tuple(actions.shape[1:]))
-            views["log_prob"][slots, rows] = dist.log_prob(actions).cpu().numpy().reshape(shape)
-            views["behaviour_values"][slots, rows] = self.model.denormalize_value(values).cpu().numpy().reshape(shape)
-            views["policy_version"][slots, rows] = self.version
-            self._truncation_values([r for r in requests if r[5]], latest if self.model.recurrent else None)
+            # values of cut episodes first: with a recurrent core they need each env's state before this step
+            self._truncation_values([r for r in requests if r[5]])
+            rows = Rows.of(requests, self.layout, self.views["policy_id"], self.policy_index,
+                           self.cfg.num_policies)
+            if rows.count:
+                self._act(rows)
 
         splits_by_worker: dict[int, list[int]] = {}
         for worker, split, *_ in requests:
@@ -108,6 +136,24 @@ class InferenceWorker(Component):
         self.report.batches += 1
         self.report.seconds += time.perf_counter() - started
 
+    def _act(self, rows: "Rows") -> None:
+        """Sample actions for these rows and store them with their log-probs, values and the policy version."""
+        views = self.views
+        obs = torch.from_numpy(views["obs"][rows.at])
+        obs = obs.reshape((-1,) + obs.shape[len(rows.lead):]).to(self.device)
+        if self.policy.recurrent:
+            params, values = self._recurrent_step(obs, rows)
+        else:
+            with self.precision():
+                params, values = self.policy(obs)
+        params, values = params.float(), values.float()
+        dist = self.policy.distribution(params)
+        actions = dist.sample()
+        views["actions"][rows.at] = actions.cpu().numpy().reshape(rows.lead + tuple(actions.shape[1:]))
+        views["log_prob"][rows.at] = dist.log_prob(actions).cpu().numpy().reshape(rows.lead)
+        views["behaviour_values"][rows.at] = self.policy.denormalize_value(values).cpu().numpy().reshape(rows.lead)
+        views["policy_version"][rows.at] = self.version
+
     @property
     def policy(self) -> ActorCritic:
         assert self.model is not None, "the model is built in on_start"
@@ -117,47 +163,49 @@ class InferenceWorker(Component):
         """The policy runs in bfloat16 under --mixed_precision, as the learner's forward pass does."""
         return autocast(self.device, self.cfg.mixed_precision)
 
-    def _recurrent_step(self, obs: torch.Tensor, splits: np.ndarray, slots: np.ndarray, rows: np.ndarray,
-                        origins: np.ndarray):
+    def _recurrent_step(self, obs: torch.Tensor, rows: "Rows"):
         """Forward with each row's state: zero after a reset, the recorded one for a carried row, else
         the env's latest, zeroed where an episode ended on the previous row. Records the state used (the
-        learner unrolls from it) and keeps the new one. Returns (params, values, the states before this
-        step, for truncation values)."""
+        learner unrolls from it) and keeps the new one."""
         views = self.views
-        latest = views["rnn_latest"][splits]  # [n, E, S]: after each env's previous observation
-        stepped = origins == RowOrigin.AFTER_STEP
-        ends = views["dones"][slots, rows - 1] | views["truncated"][slots, rows - 1]  # row -1: masked below
-        keep = ~ends & stepped[:, None]
-        state_in = latest * keep[..., None]
-        carried = origins == RowOrigin.CARRIED
-        if carried.any():
-            state_in[carried] = views["rnn_states"][slots[carried], 0]
-        views["rnn_states"][slots, rows] = state_in
+        latest = views["rnn_latest"][rows.at_split]  # after each env's previous observation
+        ends = views["dones"][rows.at_previous] | views["truncated"][rows.at_previous]  # row -1: masked below
+        state_in = latest * (~ends & rows.stepped)[..., None]
+        if rows.carried.any():
+            state_in = np.where(rows.carried[..., None], views["rnn_states"][rows.at_row0], state_in)
+        views["rnn_states"][rows.at] = state_in
         with self.precision():
-            params, values, state_out = self.policy.step(obs, torch.from_numpy(state_in).flatten(0, 1).to(self.device))
-        views["rnn_latest"][splits] = state_out.float().cpu().numpy().reshape(latest.shape)
-        return params, values, {split: latest[i] for i, split in enumerate(splits)}
+            params, values, state_out = self.policy.step(obs, torch.from_numpy(state_in).reshape(
+                -1, state_in.shape[-1]).to(self.device))
+        views["rnn_latest"][rows.at_split] = state_out.float().cpu().numpy().reshape(latest.shape)
+        return params, values
 
-    def _truncation_values(self, requests: list[Request], latest: dict[int, np.ndarray] | None) -> None:
+    def _truncation_values(self, requests: list[Request]) -> None:
         """V(final observation) for envs cut by a time limit on the previous row of these requests (only
-        a step truncates, so that row is row - 1 of the same slot: the row-0 rule, sf_core/sample.py)."""
+        a step truncates, so that row is row - 1 of the same slot: the row-0 rule, sf_core/sample.py),
+        by the policy that played the cut episode."""
         truncated, trunc_values = self.buffers["truncated"], self.buffers["trunc_values"]
+        policy_id = self.buffers["policy_id"]
         for worker, split, slot, row, _, _ in requests:
             mask = truncated[slot, row - 1]
+            if self.cfg.num_policies > 1:
+                mask = mask & (policy_id[slot, row - 1] == self.policy_index)
+                if not mask.any():
+                    continue
             split_index = self.layout.split_index(worker, split)
             final = self.buffers.final_obs[split_index][mask].to(self.device)
             with self.precision():
-                if latest is None:
+                if not self.policy.recurrent:
                     _, values = self.policy(final)
                 else:  # the final observation would have been seen with the state the env had then
-                    state = torch.from_numpy(latest[split_index][mask.numpy()]).to(self.device)
+                    state = self.buffers.rnn_latest[split_index][mask].to(self.device)
                     _, values, _ = self.policy.step(final, state)
             trunc_values[slot, row - 1, mask] = self.policy.denormalize_value(values.float()).cpu()
 
     @guarded
     def send_report(self) -> None:
         REPORT.emit(self, self.report)
-        self.report = InferenceReport(self.index, 0, 0, 0.0)
+        self.report = InferenceReport(self.index, self.policy_index, 0, 0, 0.0)
 
     @guarded
     def stop(self) -> None:

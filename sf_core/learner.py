@@ -5,11 +5,16 @@ published), checkpoint_saved, report (sf_core/signals.py).
 
 The algorithm is a dataflow graph (`algo.algorithms`, run by `algo.graph.GraphExecutor`): this module
 only moves data, keeps the policy version, and saves checkpoints.
+
+Each policy has its own learner, with its own hyperparameters (the flags, --policy_hyperparams, or
+what PBT set: `pbt_replace`), saved in its checkpoints and restored on resume.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
+
 import gymnasium as gym
 import torch
 
@@ -27,13 +32,26 @@ from sf_core.signals import BATCH_CONSUMED, CHECKPOINT_SAVED, REPORT, LearnerRep
 from signal_slot.signal_slot import EventLoop
 
 
+def learner_name(policy: int, num_policies: int) -> str:
+    return "learner" if num_policies == 1 else f"learner_p{policy}"
+
+
+def hyperparams_of(cfg: Config) -> dict[str, float]:
+    """The numeric learning flags: what --policy_hyperparams sets per policy and PBT copies and mutates."""
+    return {f.name: float(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
+            if f.metadata["group"] == "learning" and f.type == "float"}
+
+
 class Learner(Component):
     def __init__(self, loop: EventLoop, cfg: Config, datasets: DatasetBuffers, weights: SharedWeights,
                  obs_space: gym.Space, action_space: gym.Space, spec: ModelSpec, device: str, seed: int,
                  checkpoint_dir: str, resume_from: str | None, algorithm_builder: AlgorithmBuilder,
-                 control: ControlBlock):
-        super().__init__(loop, "learner", control)
+                 control: ControlBlock, policy: int = 0, population: list[SharedWeights] | None = None):
+        super().__init__(loop, learner_name(policy, cfg.num_policies), control)
         self.control = control  # the stop flag: a stop skips the datasets queued behind it
+        self.policy = policy
+        self.population = population or [weights]  # every policy's weights: PBT copies the best's
+        self.hyperparams = hyperparams_of(cfg.policy_config(policy))
         self.algorithm_builder = algorithm_builder
         self.checkpoint_dir, self.resume_from = checkpoint_dir, resume_from
         self.cfg, self.datasets, self.weights = cfg, datasets, weights
@@ -51,23 +69,36 @@ class Learner(Component):
         model = ActorCritic(self.obs_space, self.action_space, self.spec).to(self.device)
         self.weights.load_into(model)
         self.version = self.weights.current_version()
-        cfg = self.cfg
+        state = checkpoint.load(self.resume_from, map_location=self.device) if self.resume_from else None
+        if state is not None:  # PBT's current values, not the flags'
+            self.hyperparams.update(state.get("hyperparams", {}))
         # fused: one kernel for all parameters instead of a dozen tensor ops per parameter (docs/performance.md)
         fused = torch.device(self.device).type in ("cpu", "cuda")
-        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
-                                     betas=(cfg.adam_beta1, cfg.adam_beta2), fused=fused)
+        optimizer = torch.optim.Adam(model.parameters(), fused=fused)
         self.models = {"actor_critic": ModelSlot(model, optimizer, self.device)}
-        params = LearningParams.from_config(cfg)
+        params = self._learning_params()
         algorithm = self.algorithm_builder(params)
         self.models.update(algorithm.extra_models(self.models))
-        context = Context(self.models, params,
-                          on_minibatch=lambda: self.beat("training on a dataset"))
+        context = Context(self.models, params, on_minibatch=lambda: self.beat("training on a dataset"),
+                          policy_index=self.policy)
         self.executor = GraphExecutor(build_graph(algorithm.nodes, BATCH_KEYS), context)
-        if self.resume_from:
-            state = checkpoint.load(self.resume_from, map_location=self.device)
+        self._apply_hyperparams()
+        if state is not None:
             optimizer.load_state_dict(state["optimizer"])
             self.samples_trained = state["samples_trained"]
             checkpoint.restore_rng(state["rng"])
+
+    def _learning_params(self) -> LearningParams:
+        config = dataclasses.replace(self.cfg, **self.hyperparams)
+        return LearningParams.from_config(config)
+
+    def _apply_hyperparams(self) -> None:
+        """The current hyperparameters into the graph's context and the optimizer (after a PBT change)."""
+        assert self.executor is not None
+        self.executor.context.params = self._learning_params()
+        h = self.hyperparams
+        for group in self.models["actor_critic"].optimizer.param_groups:
+            group.update(lr=h["learning_rate"], eps=h["adam_eps"], betas=(h["adam_beta1"], h["adam_beta2"]))
 
     @guarded
     def save_checkpoint(self, runner_state: dict, is_best: bool) -> None:
@@ -80,6 +111,8 @@ class Learner(Component):
             "optimizer": self.models["actor_critic"].optimizer.state_dict(),
             "samples_trained": self.samples_trained,
             "learning_rate": self._learning_rate(),
+            "hyperparams": dict(self.hyperparams),
+            "policy": self.policy,
             "rng": checkpoint.rng_state(),
             "runner": runner_state,
         }
@@ -87,10 +120,25 @@ class Learner(Component):
         CHECKPOINT_SAVED.emit(self, path)
 
     def _learning_rate(self) -> float:
+        lr = self.hyperparams["learning_rate"]
         if self.cfg.lr_schedule == "linear_decay":
             progress = self.samples_trained * self.cfg.env_frameskip / self.cfg.train_for_env_steps
-            return self.cfg.learning_rate * max(0.0, 1.0 - progress)
-        return self.cfg.learning_rate
+            return lr * max(0.0, 1.0 - progress)
+        return lr
+
+    @guarded
+    def pbt_replace(self, source: int, hyperparams: dict) -> None:
+        """PBT: continue from policy `source`'s latest weights with these hyperparameters. The optimizer's
+        moments belonged to the replaced weights: they start afresh."""
+        if self.executor is None:
+            return
+        slot = self.models["actor_critic"]
+        self.population[source].load_into(slot.module)
+        slot.optimizer.state.clear()
+        self.hyperparams.update(hyperparams)
+        self._apply_hyperparams()
+        self.version += 1  # samples acted on with the replaced weights now count as lagging
+        self.weights.publish(slot.module, self.version)
 
     @guarded
     def batch_ready(self, index: int) -> None:
@@ -118,7 +166,7 @@ class Learner(Component):
         self.samples_trained += samples
         stats = {k: v for key, d in outputs.items() if key.endswith("_stats") for k, v in d.items()}
         # the graph's statistics are nested: a custom *_stats key cannot overwrite version or samples
-        REPORT.emit(self, LearnerReport(self.version, samples, time.perf_counter() - started,
+        REPORT.emit(self, LearnerReport(self.policy, self.version, samples, time.perf_counter() - started,
                                         {"learning_rate": lr, **stats}))
 
     @guarded

@@ -30,7 +30,7 @@ class NonBatchedEnvRunner(SplitRunner):
         return range(e * A, (e + 1) * A)
 
     def reset(self, slot: int) -> None:
-        self.slot, self.t = slot, 0
+        self.begin(slot)
         for e, env in enumerate(self.envs):
             obs, infos = self.call(e, env.reset, seed=self.seeds[e])
             self._check_count(e, "reset", obs, infos)

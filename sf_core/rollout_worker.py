@@ -11,12 +11,15 @@ from __future__ import annotations
 import logging
 import time
 
+import numpy as np
+
 from envs.registry import EnvRegistry
 from sf_core.buffers import BufferLayout, TrajectoryBuffers
 from sf_core.component import Component, guarded
 from sf_core.config import Config
 from sf_core.control import ControlBlock
 from sf_core.nonbatched_env_runner import NonBatchedEnvRunner
+from sf_core.policy_mapping import PolicyMapping
 from sf_core.sample import RowOrigin
 from sf_core.service.env_pool import EnvPool
 from sf_core.service.remote_env import ServiceError
@@ -33,12 +36,19 @@ REPORT_INTERVAL_SEC = 0.25  # frames counted this often: bounds overshoot of --t
 
 class RolloutWorker(Component):
     def __init__(self, loop: EventLoop, worker: int, cfg: Config, registry: EnvRegistry, buffers: TrajectoryBuffers,
-                 layout: BufferLayout, seed: int, control: ControlBlock | None = None):
+                 layout: BufferLayout, seed: int, control: ControlBlock | None = None,
+                 mapping: PolicyMapping | str = "auto"):
         super().__init__(loop, f"rollout_worker_{worker}", control)
         self.worker, self.cfg, self.registry = worker, cfg, registry
-        self.buffers, self.layout, self.seed = buffers, layout, seed
+        self.buffers, self.layout, self.seed, self.mapping = buffers, layout, seed, mapping
         self.runners: list[SplitRunner] = []
         self.waiting_for_slot: set[int] = set()
+        # several policies: answers a split still waits for (one per policy asked), and how many batchers
+        # still hold each slot (each policy with samples in it copies its own rows)
+        self.awaiting = [0] * layout.num_splits
+        self.holders: dict[int, int] = {}
+        self.policy_id = buffers["policy_id"].numpy()
+        self.truncated = buffers["truncated"].numpy()
         self.frames = 0
         self.env_seconds = 0.0
         self.env_faults = 0
@@ -57,8 +67,8 @@ class RolloutWorker(Component):
         if self.cfg.env_service:
             self._open_pool()
         kind = VectorEnvRunner if self.cfg.batched_sampling else NonBatchedEnvRunner
-        self.runners = [kind(self.cfg, self.worker, s, self.registry, self.buffers, self.layout, self.seed, self.pool)
-                        for s in range(self.layout.num_splits)]
+        self.runners = [kind(self.cfg, self.worker, s, self.registry, self.buffers, self.layout, self.seed, self.pool,
+                             self.mapping) for s in range(self.layout.num_splits)]
         self.timer = Timer(self.event_loop, REPORT_INTERVAL_SEC, object_id=f"{self.name}_report_timer")
         self.timer.timeout.connect(self.send_report)
         self.beat("resetting envs")
@@ -91,15 +101,40 @@ class RolloutWorker(Component):
 
     def _request(self, split: int, origin: RowOrigin, has_truncation: bool = False) -> None:
         runner = self.runners[split]
-        POLICY_REQUEST.emit(self, self.worker, split, runner.slot, runner.t, int(origin), has_truncation)
+        slot, row = runner.slot, runner.t
+        policies = [0] if self.cfg.num_policies == 1 else self._policies_asked(slot, row, has_truncation)
+        self.awaiting[split] = len(policies)
+        for policy in policies:
+            POLICY_REQUEST.emit_to(self, policy, self.worker, split, slot, row, int(origin), has_truncation)
+
+    def _policies_asked(self, slot: int, row: int, has_truncation: bool) -> list[int]:
+        """The policies acting on the row, and those whose episodes a time limit cut on the row before:
+        the final observation of a cut episode is valued by the policy that played it."""
+        ids = set(np.unique(self.policy_id[slot, row]).tolist())
+        if has_truncation:
+            cut = self.truncated[slot, row - 1]
+            ids.update(np.unique(self.policy_id[slot, row - 1][cut]).tolist())
+        return sorted(ids)
+
+    def _send_trajectories(self, slot: int) -> None:
+        if self.cfg.num_policies == 1:
+            NEW_TRAJECTORIES.emit_to(self, 0, slot)
+            return
+        policies = np.unique(self.policy_id[slot, :self.layout.rollout]).tolist()  # row T is the next slot's
+        self.holders[slot] = len(policies)
+        for policy in policies:
+            NEW_TRAJECTORIES.emit_to(self, policy, slot)
 
     @guarded
     def advance(self, splits: list[int]) -> None:
         for split in splits:
+            self.awaiting[split] -= 1
+            if self.awaiting[split] > 0:  # another policy has yet to act on this row
+                continue
             runner = self.runners[split]
             if runner.trajectory_complete():
                 runner.faults_in_a_row = 0
-                NEW_TRAJECTORIES.emit(self, runner.slot)
+                self._send_trajectories(runner.slot)
                 if not runner.next_slot():
                     self.waiting_for_slot.add(split)
                     continue
@@ -208,6 +243,11 @@ class RolloutWorker(Component):
     def slots_freed(self, slots: list[int]) -> None:
         S, K = self.layout.num_splits, self.layout.sets_per_split
         for slot in slots:
+            if slot in self.holders:  # several policies copy their rows of it: free once all did
+                self.holders[slot] -= 1
+                if self.holders[slot] > 0:
+                    continue
+                del self.holders[slot]
             split, k = (slot // K) % S, slot % K
             self.runners[split].release(k)
             if split in self.waiting_for_slot and self.runners[split].next_slot():
@@ -219,12 +259,14 @@ class RolloutWorker(Component):
 
     @guarded
     def send_report(self) -> None:
-        episodes = []
+        episodes, matches, objectives = [], [], []
         for runner in self.runners:
             episodes += runner.finished_episodes
-            runner.finished_episodes = []
+            matches += runner.finished_matches
+            objectives += runner.finished_objectives
+            runner.finished_episodes, runner.finished_matches, runner.finished_objectives = [], [], []
         REPORT.emit(self, RolloutReport(self.worker, self.frames, episodes, self.env_seconds, self.env_faults,
-                                        self._service_report()))
+                                        self._service_report(), matches, objectives))
         self.frames, self.env_seconds, self.env_faults = 0, 0.0, 0
 
     def _service_report(self) -> ServiceReport | None:

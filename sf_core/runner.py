@@ -25,14 +25,15 @@ from algo.model import has_fast_bfloat16
 from algo.params import LearningParams
 from envs.registry import EnvRegistry, registry_snapshot
 from sf_core import checkpoint, wandb_logging
-from sf_core.component import Component, ComponentError, Routing, guarded, reuse_freed_memory
+from sf_core.component import Component, ComponentError, Routing, guarded, reuse_freed_memory, start_loop_watchdog
 from sf_core.config import Config, ConfigError
 from sf_core.experiment import Experiment
+from sf_core.population import Population
 from sf_core.progress import Progress
 from sf_core.sample import BATCH_KEYS
-from sf_core.signals import SAVE_CHECKPOINT, STOP, Report, Signal
+from sf_core.signals import PBT_REPLACE, SAVE_CHECKPOINT, STOP, Report, RoutedSignal, Signal
 from sf_core.stats import TrainingStats
-from sf_core.wiring import Topology, build_components, check_user_code, initial_model, probe_spaces
+from sf_core.wiring import Setup, Topology, build_components, check_user_code, initial_model, probe_spaces
 from signal_slot.signal_slot import EventLoop, Timer
 
 log = logging.getLogger("sf_core")
@@ -69,11 +70,10 @@ class Runner(Component):
         self.topology = Topology()
         self._stats: TrainingStats | None = None  # made once the processes run (its writer has a thread)
         self.progress: Progress | None = None  # the console's bar, on a terminal (made with the stats)
-        self.resumed: dict | None = None  # the runner counters of the checkpoint we resumed from
+        self.population = Population(self.cfg, self.experiment.path)  # each policy's checkpoints, PBT
         self.exit_code: int | None = None
         self.error: str | None = None
         self.dead_since: dict[str, float] = {}
-        self.best_return = float("-inf")
         self.last_checkpoint: str | None = None
         self.stopping = False
         self.restart_pending = False  # a worker died under --env_fault_policy=restart
@@ -95,17 +95,15 @@ class Runner(Component):
         # the algorithm's graph is checked here, so a broken one fails before any process starts
         build_graph(algorithm_builder(cfg.algo)(LearningParams.from_config(cfg)).nodes, BATCH_KEYS)
         obs_space, action_space, agents_per_env = probe_spaces(cfg, self.registry, self.seed)
-        resume_from = None
+        population = self.population
         if cfg.restart_behavior == "resume" or resume:
-            resume_from = checkpoint.latest_checkpoint(checkpoint.checkpoint_dir(self.experiment.path))
-        state = checkpoint.load(resume_from) if resume_from else None
-        if state is not None:
-            self.resumed = state["runner"]
-            self.best_return = self.resumed.get("best_mean_return", float("-inf"))
-            log.info("resuming from %s (policy v%d, %s env frames)", resume_from, state["version"],
+            population.find_checkpoints()
+        states = population.states
+        if self.resumed is not None:
+            log.info("resuming from %s (policy v%d, %s env frames)", population.resume_from[0], states[0]["version"],
                      f"{self.resumed['frames']:,}")
         # a resumed run must not replay the env seeds of the first one
-        seed = self.seed + (state["version"] if state else 0)
+        seed = self.seed + (states[0]["version"] if states[0] else 0)
         if cfg.serial_mode:  # every component's tensors are allocated in this process
             reuse_freed_memory()
         else:
@@ -113,15 +111,21 @@ class Runner(Component):
             # so forked component processes do not inherit a pool whose threads they lack
             self.threads_before_fork = torch.get_num_threads()
             torch.set_num_threads(1)
-        model = initial_model(cfg, obs_space, action_space, seed, state["model"] if state else None)
+        models = [initial_model(cfg, obs_space, action_space, seed + 1_000_003 * p, state["model"] if state else None)
+                  for p, state in enumerate(states)]
         device = resolve_device(cfg.device)
         if not cfg.mixed_precision and has_fast_bfloat16(device):
             kind = "GPU" if device.startswith("cuda") else "CPU"
             log.info("this %s computes bfloat16 in hardware: --mixed_precision=True trains up to ~2x faster where "
                      "the learner is the bottleneck (docs/performance.md)", kind)
-        self.topology = build_components(cfg, self, self.registry, obs_space, action_space, model,
-                                 state["version"] if state else 0, device, seed,
-                                 checkpoint.checkpoint_dir(self.experiment.path), resume_from, agents_per_env)
+        versions = [state["version"] if state else 0 for state in states]
+        self.topology = build_components(Setup(cfg, self.registry, obs_space, action_space, models, versions, device,
+                                               seed, population.dirs, population.resume_from, agents_per_env), self)
+
+    @property
+    def resumed(self) -> dict | None:
+        """The runner counters of the checkpoint this run resumed from."""
+        return self.population.resumed
 
     # ---------------------------------------------------------------- run
     def run(self) -> int:
@@ -138,7 +142,8 @@ class Runner(Component):
         try:
             self._start_components()
             if not self.cfg.serial_mode:
-                self._start_loop_watchdog()
+                start_loop_watchdog(lambda: self.last_check, self.cfg.heartbeat_timeout + 30.0,
+                                    lambda: self.topology.processes, self.loop_done, EXIT_ERROR)
             self.loop.exec()
             while self.restart_pending and self._restart_components():
                 self.loop.exec()
@@ -155,23 +160,6 @@ class Runner(Component):
             log.error("%s", self.error)
         return self.exit_code if self.exit_code is not None else EXIT_OK
 
-    def _start_loop_watchdog(self) -> None:
-        """Last line of defence for the runner itself: if its own loop stops turning (a component
-        killed while holding the runner's queue lock would block it inside faster-fifo forever), a
-        thread names the problem, kills the component processes and exits, instead of hanging."""
-        limit = self.cfg.heartbeat_timeout + 30.0
-
-        def watch() -> None:
-            while not self.loop_done.wait(1.0):
-                if time.time() - self.last_check > limit:
-                    log.error("the runner's event loop has not run for %.0fs: killing all components", limit)
-                    for proc in self.topology.processes:
-                        if proc.pid is not None and proc.is_alive():
-                            os.kill(proc.pid, os_signal.SIGKILL)
-                    os._exit(EXIT_ERROR)
-
-        threading.Thread(target=watch, name="runner_loop_watchdog", daemon=True).start()
-
     def _start_components(self) -> None:
         for proc in self.topology.processes:
             proc.start()
@@ -180,13 +168,15 @@ class Runner(Component):
         if self._stats is None:
             # after the processes start: the TensorBoard writer runs a thread, which a fork must not copy
             start_frames = self.resumed["frames"] if self.resumed else 0
-            counts = {"env_step": self.cfg.num_workers, "inference": self.cfg.policy_workers_per_policy, "learner": 1}
+            n = self.cfg.num_policies
+            counts = {"env_step": self.cfg.num_workers, "inference": self.cfg.policy_workers_per_policy * n,
+                      "learner": n}
             writer = self.experiment.summary_writer(start_frames)
             if self.cfg.with_wandb:  # like the TensorBoard writer, after the fork: wandb runs a service process
                 writer = wandb_logging.WandbWriter(writer, wandb_logging.init_run(self.cfg, self.experiment.path))
-            self._stats = TrainingStats(self.cfg.stats_window, writer, self.launched, counts)
-            if self.resumed:
-                self.stats.restore(self.resumed)
+            self._stats = TrainingStats(self.cfg.stats_window, writer, self.launched, counts, n)
+            self.population.restore(self.stats)
+            self.population.start_pbt(self.seed)
             self.progress = Progress(self.cfg, self.launched)
         self.last_summary = self.last_console = self.last_save = time.time()
 
@@ -235,8 +225,10 @@ class Runner(Component):
     def check(self) -> None:
         cfg, stats, now = self.cfg, self.stats, time.time()
         self.last_check = now
+        for r in self.population.pbt_step(stats):
+            self._emit(PBT_REPLACE, r.source, r.hyperparams, route=r.policy)
         if now - self.last_summary >= cfg.experiment_summaries_interval:
-            stats.write_summaries()
+            stats.write_summaries(self.population.pbt.scalars() if self.population.pbt else None)
             self.experiment.write_summary(stats.summary(None, None, running=True))  # read live by benchmarks
             self.last_summary = now
         if self.progress is not None:
@@ -258,8 +250,9 @@ class Runner(Component):
     # ---------------------------------------------------------------- checks
     def _check_stop_conditions(self, now: float) -> None:
         cfg, stats = self.cfg, self.stats
-        if len(stats.returns) >= cfg.stats_window and stats.mean_return() >= cfg.target_mean_return:
-            log.info("reached --target_mean_return=%g", cfg.target_mean_return)
+        if stats.target_reached(cfg.target_mean_return):
+            log.info("reached --target_mean_return=%g%s", cfg.target_mean_return,
+                     " (every policy)" if cfg.num_policies > 1 else "")
             stats.target_reached_at = now
             stats.mean_return_at_target = stats.mean_return()
             self.exit_code = EXIT_OK
@@ -300,9 +293,9 @@ class Runner(Component):
 
     def _may_restart_after(self, dead) -> bool:
         """Only a rollout worker's death is survivable, and only while the learner can still save."""
-        learner = self.topology.host.get("learner")
+        learners = [self.topology.host.get(learner.name) for learner in self.topology.learners]
         return (self.cfg.env_fault_policy == "restart" and self.exit_code is None
-                and dead.name.startswith("rollout_worker_") and learner is not None and learner.is_alive()
+                and dead.name.startswith("rollout_worker_") and all(p is not None and p.is_alive() for p in learners)
                 and self.stats.worker_restarts < MAX_WORKER_RESTARTS)
 
     def _fail(self, component: str, details: str) -> None:
@@ -315,11 +308,8 @@ class Runner(Component):
 
     # ---------------------------------------------------------------- checkpoints and shutdown
     def _request_checkpoint(self) -> None:
-        mean = self.stats.mean_return() if self.stats.returns else float("-inf")
-        is_best = len(self.stats.returns) > 0 and mean > self.best_return
-        if is_best:
-            self.best_return = mean
-        self._emit(SAVE_CHECKPOINT, self.stats.checkpoint_state(self.best_return), is_best)
+        for p, (state, is_best) in enumerate(self.population.checkpoint_requests(self.stats)):
+            self._emit(SAVE_CHECKPOINT, state, is_best, route=p)
 
     def _shutdown(self) -> None:
         if self.stopping:
@@ -336,13 +326,17 @@ class Runner(Component):
         self._stop_processes()
         self.loop.stop()
 
-    def _emit(self, signal_: Signal, *args) -> None:
+    def _emit(self, signal_: Signal, *args, route: int | None = None) -> None:
         """The runner's emits must not hang: a component killed mid-put leaves a queue locked for good
-        (see Routing.emit_bounded); a receiver behind it is killed by _stop_processes instead."""
+        (see Routing.emit_bounded); a receiver behind it is killed by _stop_processes instead. `route`: the
+        policy a routed signal is for."""
         if self.cfg.serial_mode:  # one process: nothing can die holding a lock
-            signal_.emit(self, *args)
+            if isinstance(signal_, RoutedSignal) and route is not None:
+                signal_.emit_to(self, route, *args)
+            else:
+                signal_.emit(self, *args)
             return
-        unreachable = Routing.emit_bounded(self, signal_, args, timeout=EMIT_TIMEOUT_SEC)
+        unreachable = Routing.emit_bounded(self, signal_, args, timeout=EMIT_TIMEOUT_SEC, route=route)
         if unreachable:
             log.warning("could not deliver '%s' to %s: a dead process left its queue locked",
                         signal_.name, ", ".join(sorted(unreachable)))
@@ -377,9 +371,14 @@ class Runner(Component):
         if self.stats.writer is not None:
             self.stats.writer.close()
         # from disk: in serial mode the learner's checkpoint_saved may still sit behind the loop's end
-        self.last_checkpoint = checkpoint.latest_checkpoint(checkpoint.checkpoint_dir(self.experiment.path))
+        last = self.population.last_checkpoints()
+        self.last_checkpoint = last[self.stats.best_policy()]
         summary = self.stats.summary(self.exit_code, self.error)
         summary["last_checkpoint"] = self.last_checkpoint
+        if len(last) > 1:
+            summary["last_checkpoints"] = last
+        for line in self.stats.policy_report():
+            log.info(line)
         self.experiment.write_summary(summary)
         if self.last_checkpoint:
             log.info("last checkpoint: %s", self.last_checkpoint)

@@ -68,6 +68,9 @@ FIELDS: tuple[SampleField, ...] = (
                 "recurrent state the action was chosen with (width 0 without a core): the learner unrolls from it"),
     SampleField("inactive", "scalar", torch.bool, False, True, "rollout worker",
                 "a multi-agent env's agent that finished early and waits: its row is no sample"),
+    SampleField("policy_id", "scalar", torch.int16, False, True, "rollout worker",
+                "the policy acting for this row's agent (--policy_mapping, drawn at its episode start); another "
+                "policy's batcher marks the row inactive in its copy"),
 )
 
 FIELD = {f.name: f for f in FIELDS}

@@ -47,8 +47,8 @@ class Signal(Generic[P]):
 
 
 class RoutedSignal(Signal[P]):
-    """A signal with one name per receiver (a rollout worker's index): a signal reaches every connected
-    slot, and only rollout worker w may act on what is meant for it."""
+    """A signal with one name per receiver index (a rollout worker's, or a policy's): a signal reaches every
+    connected slot, and only rollout worker w, or the components of policy p, may act on what is meant for it."""
 
     def route(self, index: int) -> str:
         return f"{self.name}_{index}"
@@ -125,7 +125,8 @@ def _policy_request(worker: int, split: int, slot: int, row: int, origin: int, h
     previous row."""
 
 
-POLICY_REQUEST = Signal("policy_request", _policy_request, "rollout worker", "inference worker")
+POLICY_REQUEST = RoutedSignal("policy_request", _policy_request, "rollout worker",
+                              "an inference worker of policy p (each policy acting on the row, or valuing a cut episode)")
 
 
 def _flush_requests() -> None:
@@ -141,43 +142,53 @@ def _advance(splits: list[int]) -> None:
     step them."""
 
 
-ADVANCE = RoutedSignal("advance", _advance, "inference worker", "rollout worker w")
+ADVANCE = RoutedSignal("advance", _advance, "inference worker", "rollout worker w (once per policy asked)")
 
 
 def _new_trajectories(slot: int) -> None:
-    """Every row of `slot` holds a finished trajectory."""
+    """Every row of `slot` holds a finished trajectory (policy p's batcher copies the rows p acted on)."""
 
 
-NEW_TRAJECTORIES = Signal("new_trajectories", _new_trajectories, "rollout worker", "batcher")
+NEW_TRAJECTORIES = RoutedSignal("new_trajectories", _new_trajectories, "rollout worker",
+                                "the batcher of each policy with samples in the slot")
 
 
 def _batch_ready(index: int) -> None:
     """Dataset buffer `index` holds a full dataset."""
 
 
-BATCH_READY = Signal("batch_ready", _batch_ready, "batcher", "learner")
+BATCH_READY = Signal("batch_ready", _batch_ready, "batcher", "the learner of the same policy")
 
 
 def _batch_consumed(index: int) -> None:
     """The learner trained on dataset `index` and published the new weights: the buffer is free."""
 
 
-BATCH_CONSUMED = Signal("batch_consumed", _batch_consumed, "learner", "batcher")
+BATCH_CONSUMED = Signal("batch_consumed", _batch_consumed, "learner", "the batcher of the same policy")
 
 
 def _slots_freed(slots: list[int]) -> None:
     """Every trajectory of these slots was copied into a dataset (and, without --async_rl, trained on):
-    the rollout worker may fill them again."""
+    the rollout worker may fill them again once every policy's batcher that got a slot freed it."""
 
 
 SLOTS_FREED = RoutedSignal("slots_freed", _slots_freed, "batcher", "rollout worker w")
 
 
 def _save_checkpoint(runner_state: dict, is_best: bool) -> None:
-    """Save a checkpoint now, with the runner's counters in it (periodically and at every stop)."""
+    """Save a checkpoint now, with the runner's counters and this policy's statistics in it (periodically
+    and at every stop)."""
 
 
-SAVE_CHECKPOINT = Signal("save_checkpoint", _save_checkpoint, "runner", "learner")
+SAVE_CHECKPOINT = RoutedSignal("save_checkpoint", _save_checkpoint, "runner", "the learner of policy p")
+
+
+def _pbt_replace(source: int, hyperparams: dict) -> None:
+    """Population-based training: take policy `source`'s weights (from its shared weights) and these
+    hyperparameters, and publish them as the next version (sf_core/pbt.py decides)."""
+
+
+PBT_REPLACE = RoutedSignal("pbt_replace", _pbt_replace, "runner", "the learner of policy p")
 
 
 def _checkpoint_saved(path: str) -> None:
@@ -209,4 +220,4 @@ STOP = Signal("stop", _stop, "runner", "every component")
 
 
 ALL: tuple[Signal, ...] = (POLICY_REQUEST, FLUSH_REQUESTS, ADVANCE, NEW_TRAJECTORIES, BATCH_READY, BATCH_CONSUMED,
-                           SLOTS_FREED, SAVE_CHECKPOINT, CHECKPOINT_SAVED, REPORT, COMPONENT_ERROR, STOP)
+                           SLOTS_FREED, SAVE_CHECKPOINT, PBT_REPLACE, CHECKPOINT_SAVED, REPORT, COMPONENT_ERROR, STOP)

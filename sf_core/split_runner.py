@@ -21,7 +21,11 @@ from sf_core.service.env_pool import EnvPool, PooledEnv
 from envs.registry import EnvContext, EnvRegistry
 from sf_core.buffers import BufferLayout, TrajectoryBuffers
 from sf_core.config import Config
+from sf_core.policy_mapping import AgentPolicies, PolicyMapping
 from sf_core.sample import CARRIED
+from sf_core.signals import Episode, Match
+
+BUILT_IN_OBJECTIVES = ("episode_return", "win_rate")
 
 
 class EnvStepError(RuntimeError):
@@ -44,8 +48,9 @@ def env_action_converter(space: gym.Space) -> Callable[[np.ndarray], Any]:
 
 class SplitRunner:
     def __init__(self, cfg: Config, worker: int, split: int, registry: EnvRegistry, buffers: TrajectoryBuffers,
-                 layout: BufferLayout, seed: int, pool: EnvPool | None = None):
-        self._args = (cfg, worker, split, registry, buffers, layout, seed, pool)
+                 layout: BufferLayout, seed: int, pool: EnvPool | None = None,
+                 mapping: PolicyMapping | str = "auto"):
+        self._args = (cfg, worker, split, registry, buffers, layout, seed, pool, mapping)
         self.pool = pool
         self.cfg, self.worker, self.split = cfg, worker, split
         self.layout = layout
@@ -63,6 +68,7 @@ class SplitRunner:
         self.dones = buffers["dones"].numpy()
         self.truncated = buffers["truncated"].numpy()
         self.inactive = buffers["inactive"].numpy()
+        self.policy_id = buffers["policy_id"].numpy()
         self.final_obs = buffers.final_obs.numpy()[self.split_index]
         # row T of a finished slot becomes row 0 of the next (sf_core/sample.py)
         self.carried = [buffers[key].numpy() for key in CARRIED]
@@ -74,8 +80,17 @@ class SplitRunner:
         rows = layout.rows_per_split
         self.episode_return = np.zeros(rows)
         self.episode_length = np.zeros(rows, dtype=np.int64)
-        # (return, length, agent index within its env): one entry per finished agent episode
-        self.finished_episodes: list[tuple[float, int, int]] = []
+        # one entry per finished agent episode; a multi-agent env's episode once all its agents finished it
+        self.finished_episodes: list[Episode] = []
+        self.finished_matches: list[Match] = []
+        self.finished_objectives: list[tuple[int, float]] = []
+        # the policy acting for each row, drawn at each of its episode starts (sf_core/policy_mapping.py)
+        self.policies = AgentPolicies(mapping, cfg.num_policies, layout.num_workers * layout.num_splits *
+                                      layout.envs_per_split, layout.agents_per_env > 1, seed + 7 * self.split_index)
+        self.row_policy = np.zeros(rows, dtype=np.int16)
+        self.row_episodes = np.zeros(rows, dtype=np.int64)  # episodes each row's agent started in its env
+        self.pending_match: list[list[tuple[int, float] | None]] = [[None] * layout.agents_per_env
+                                                                      for _ in range(layout.envs_per_split)]
 
     # ---------------------------------------------------------------- what a kind of runner defines
     def make_env(self, registry: EnvRegistry, ctx: EnvContext):
@@ -84,8 +99,18 @@ class SplitRunner:
         return registry.make(self.cfg.env, self.cfg, ctx)
 
     def reset(self, slot: int) -> None:
-        """Reset every env and start a trajectory in `slot` at row 0."""
+        """Reset every env and start a trajectory in `slot` at row 0 (calls `begin` first)."""
         raise NotImplementedError
+
+    def begin(self, slot: int) -> None:
+        """Fresh episodes start in `slot` at row 0: every row draws its policy."""
+        self.slot, self.t = slot, 0
+        if self.cfg.num_policies > 1:
+            for row in range(self.layout.rows_per_split):
+                self.row_policy[row] = self._draw_policy(row)
+            self.policy_id[slot, 0] = self.row_policy
+        for match in self.pending_match:
+            match[:] = [None] * len(match)
 
     def step(self) -> bool:
         """Step every env with the actions in row t; returns whether any row was truncated."""
@@ -112,6 +137,9 @@ class SplitRunner:
         fresh = type(self)(*self._args)
         fresh.free_sets = self.free_sets
         fresh.finished_episodes = self.finished_episodes
+        fresh.finished_matches = self.finished_matches
+        fresh.finished_objectives = self.finished_objectives
+        fresh.row_episodes = self.row_episodes
         fresh.faults_in_a_row = self.faults_in_a_row
         fresh.seeds = self.fresh_seeds()
         return fresh
@@ -139,14 +167,41 @@ class SplitRunner:
 
     # ---------------------------------------------------------------- per step
     def record_episode(self, row: int, reward: float, info: dict, agent: int = 0) -> None:
-        """Row `row` ended its episode with this step's `reward`; clear its running totals."""
+        """Row `row` ended its episode with this step's `reward`: record it, clear its running totals, and
+        draw the policy of the agent's next episode."""
+        policy = int(self.row_policy[row])
         if "episode_return" not in info:
-            self.finished_episodes.append((float(self.episode_return[row] + reward),
-                                           int(self.episode_length[row]) + 1, agent))
+            episode = (float(self.episode_return[row] + reward), int(self.episode_length[row]) + 1, agent, policy)
+            self.finished_episodes.append(episode)
         elif info["episode_return"] is not None:  # the env's own statistics (Atari: whole games)
-            self.finished_episodes.append((float(info["episode_return"]), int(info["episode_length"]), agent))
+            episode = (float(info["episode_return"]), int(info["episode_length"]), agent, policy)
+            self.finished_episodes.append(episode)
+        else:
+            episode = None
+        objective = self.cfg.pbt_target_objective
+        if objective not in BUILT_IN_OBJECTIVES and objective in info:
+            self.finished_objectives.append((policy, float(info[objective])))
+        if episode is not None and self.layout.agents_per_env > 1:
+            self._record_match(row // self.layout.agents_per_env, agent, policy, episode[0])
         self.episode_return[row] = 0.0
         self.episode_length[row] = 0
+        self.row_episodes[row] += 1
+        if self.cfg.num_policies > 1:
+            self.row_policy[row] = self._draw_policy(row)
+
+    def _draw_policy(self, row: int) -> int:
+        A = self.layout.agents_per_env
+        env_index = self.split_index * self.layout.envs_per_split + row // A
+        return self.policies.choose(env_index, row % A, int(self.row_episodes[row]))
+
+    def _record_match(self, e: int, agent: int, policy: int, episode_return: float) -> None:
+        """A match is complete once every agent of env e finished its episode (on one step or several)."""
+        pending = self.pending_match[e]
+        pending[agent] = (policy, episode_return)
+        if all(entry is not None for entry in pending):
+            done = [entry for entry in pending if entry is not None]
+            self.finished_matches.append((tuple(p for p, _ in done), tuple(r for _, r in done)))
+            pending[:] = [None] * len(pending)
 
     def store_step(self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
         """Check and store row t's rewards and flags (the next observations are already in row t+1)."""
@@ -161,6 +216,8 @@ class SplitRunner:
         self.rewards[slot, t] = scaled
         self.dones[slot, t] = terminated
         self.truncated[slot, t] = truncated
+        if self.cfg.num_policies > 1:  # rows whose episode ended drew their next policy meanwhile
+            self.policy_id[slot, t + 1] = self.row_policy
         self.t = t + 1
 
     def call(self, e: int, fn: Callable, *args, **kwargs):

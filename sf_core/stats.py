@@ -9,14 +9,46 @@ from collections import deque
 import numpy as np
 
 from sf_core.signals import InferenceReport, LearnerReport, Report, RolloutReport
+from sf_core.win_rates import WinRates
 
 log = logging.getLogger("sf_core")
 
 
+class PolicyStats:
+    """What one policy of several reached: its episodes, training progress and learner statistics."""
+
+    def __init__(self, window: int):
+        self.returns: deque[float] = deque(maxlen=window)
+        self.lengths: deque[int] = deque(maxlen=window)
+        self.objectives: deque[float] = deque(maxlen=window)  # --pbt_target_objective from the env's infos
+        self.episodes = 0
+        self.samples_trained = 0
+        self.version = 0
+        self.learner: dict[str, float] = {}
+        self.best_mean_return = float("-inf")
+
+    def mean_return(self) -> float | None:
+        return float(np.mean(self.returns)) if self.returns else None
+
+    def state(self) -> dict:
+        return {"episodes": self.episodes, "samples_trained": self.samples_trained, "policy_version": self.version,
+                "mean_return": self.mean_return(), "best_mean_return": float(self.best_mean_return),
+                "recent_returns": [float(r) for r in self.returns], "recent_lengths": [int(n) for n in self.lengths]}
+
+    def restore(self, state: dict) -> None:
+        self.episodes, self.samples_trained = state["episodes"], state["samples_trained"]
+        self.version = state["policy_version"]
+        self.best_mean_return = state.get("best_mean_return", float("-inf"))
+        self.returns.extend(state["recent_returns"])
+        self.lengths.extend(state["recent_lengths"])
+
+
 class TrainingStats:
     def __init__(self, window: int, writer=None, started: float | None = None,
-                 component_counts: dict[str, int] | None = None):
+                 component_counts: dict[str, int] | None = None, num_policies: int = 1):
         self.started = started or time.time()
+        self.policies = [PolicyStats(window) for _ in range(num_policies)]
+        self.win_rates = WinRates(num_policies) if num_policies > 1 else None
         self.frames = 0
         self.samples_trained = 0
         self.policy_version = 0
@@ -60,8 +92,11 @@ class TrainingStats:
             self.inference_requests += report.requests
         elif isinstance(report, LearnerReport):
             self.samples_trained += report.samples
-            self.policy_version = report.version
             self.seconds["learner"] += report.train_seconds
+            policy = self.policies[report.policy]
+            policy.samples_trained += report.samples
+            policy.version, policy.learner = report.version, report.stats
+            self.policy_version = max(p.version for p in self.policies)
             self.learner = report.stats
         else:
             raise TypeError(f"unknown report {report!r}")
@@ -78,15 +113,25 @@ class TrainingStats:
             self.slot_faults += service.slot_faults
             self.slot_readmissions += service.readmitted
             self.interrupted_episodes += service.interrupted_episodes
-        for ret, length, agent in report.episodes:
+        for ret, length, agent, policy in report.episodes:
             self.returns.append(ret)
             self.lengths.append(length)
             self.agent_returns.setdefault(agent, deque(maxlen=self.returns.maxlen)).append(ret)
             self.num_episodes += 1
+            stats = self.policies[policy]
+            stats.returns.append(ret)
+            stats.lengths.append(length)
+            stats.episodes += 1
+        for policy, value in report.objectives:
+            self.policies[policy].objectives.append(value)
+        if self.win_rates is not None:
+            for match in report.matches:
+                self.win_rates.add(match)
 
     # ---- persistence across a resume
-    def checkpoint_state(self, best_mean_return: float) -> dict:
-        return {"frames": self.frames, "samples_trained": self.samples_trained, "episodes": self.num_episodes,
+    def checkpoint_state(self, best_mean_return: float, policy: int = 0) -> dict:
+        """The runner's counters, and what `policy` reached (its own checkpoint keeps it)."""
+        return {"policy_stats": self.policies[policy].state(),"frames": self.frames, "samples_trained": self.samples_trained, "episodes": self.num_episodes,
                 "policy_version": self.policy_version,
                 "env_faults": self.env_faults, "worker_restarts": self.worker_restarts,
                 "training_seconds": self.previous_seconds + self.elapsed(),
@@ -103,6 +148,32 @@ class TrainingStats:
         self.returns.extend(state["recent_returns"])
         self.lengths.extend(state["recent_lengths"])
         self.fps_history.clear()
+
+    def restore_policy(self, policy: int, state: dict) -> None:
+        """One policy's part of its own checkpoint's runner state (absent in checkpoints of older versions)."""
+        if "policy_stats" in state:
+            self.policies[policy].restore(state["policy_stats"])
+
+    def objective(self, policy: int, name: str) -> float | None:
+        """What PBT ranks `policy` by (--pbt_target_objective); None until it is known."""
+        stats = self.policies[policy]
+        if name == "episode_return":
+            return stats.mean_return()
+        if name == "win_rate":
+            return self.win_rates.mean_win_rate(policy) if self.win_rates is not None else None
+        return float(np.mean(stats.objectives)) if stats.objectives else None
+
+    def target_reached(self, target: float) -> bool:
+        """The mean return of a full window reached `target`: with several policies, every policy's."""
+        window = self.returns.maxlen or 0
+        if len(self.policies) == 1:
+            return len(self.returns) >= window and self.mean_return() >= target
+        return all(len(p.returns) >= window and (m := p.mean_return()) is not None and m >= target
+                   for p in self.policies)
+
+    def best_policy(self) -> int:
+        means = [p.mean_return() for p in self.policies]
+        return max(range(len(means)), key=lambda k: float("-inf") if (m := means[k]) is None else m)
 
     # ---- derived
     def elapsed(self) -> float:
@@ -143,10 +214,25 @@ class TrainingStats:
             "interrupted_episodes": self.interrupted_episodes,
             "final_learner_stats": dict(self.learner),
             "agent_mean_returns": self.agent_mean_returns(),
+            **self.policy_summary(),
         }
 
+    def policy_summary(self) -> dict:
+        """training_summary.json's section per policy (runs of several policies)."""
+        if len(self.policies) == 1:
+            return {}
+        found = {"best_policy": self.best_policy(), "policies": [
+            {"policy": k, "mean_return": p.mean_return(), "episodes": p.episodes, "policy_version": p.version,
+             "samples_trained": p.samples_trained, "best_mean_return": p.best_mean_return,
+             "final_learner_stats": dict(p.learner)} for k, p in enumerate(self.policies)]}
+        if self.win_rates is not None:
+            found["win_rates"] = self.win_rates.matrix()
+            found["games"] = self.win_rates.games()
+        return found
+
     # ---- output
-    def write_summaries(self) -> None:
+    def write_summaries(self, extra: dict[str, float] | None = None) -> None:
+        """TensorBoard scalars now, with `extra` ones (PBT's hyperparameters)."""
         if self.writer is None:
             return
         step, w = self.frames, self.writer
@@ -174,11 +260,32 @@ class TrainingStats:
             w.add_scalar("service/readmissions_total", self.slot_readmissions, step)
             w.add_scalar("service/interrupted_episodes_total", self.interrupted_episodes, step)
         w.add_scalar("perf/training_hours", (self.previous_seconds + self.elapsed()) / 3600, step)
-        for key, figure in self.learner.items():
-            if key == "policy_lag_mean":
-                w.add_scalar("train/policy_lag", figure, step)
-            w.add_scalar(f"train/{key}", figure, step)
+        if len(self.policies) == 1:
+            self._write_learner(w, "", self.learner, step)
+        else:
+            self._write_policies(w, step)
+        for tag, figure in (extra or {}).items():
+            w.add_scalar(tag, figure, step)
         w.flush()
+
+    @staticmethod
+    def _write_learner(w, prefix: str, learner: dict[str, float], step: int) -> None:
+        for key, figure in learner.items():
+            if key == "policy_lag_mean":
+                w.add_scalar(f"{prefix}train/policy_lag", figure, step)
+            w.add_scalar(f"{prefix}train/{key}", figure, step)
+
+    def _write_policies(self, w, step: int) -> None:
+        for k, policy in enumerate(self.policies):
+            prefix = f"policy_{k}/"
+            self._write_learner(w, prefix, policy.learner, step)
+            w.add_scalar(f"{prefix}perf/samples_trained", policy.samples_trained, step)
+            if policy.returns:
+                w.add_scalar(f"{prefix}episode/return", float(np.mean(policy.returns)), step)
+                w.add_scalar(f"{prefix}episode/length", float(np.mean(policy.lengths)), step)
+        if self.win_rates is not None:
+            for tag, value in self.win_rates.scalars().items():
+                w.add_scalar(tag, value, step)
 
     def service_totals(self) -> dict[str, int]:
         """Slot counts over all workers: idle (spare), busy, error, stopped, and envs waiting for a slot."""
@@ -212,7 +319,24 @@ class TrainingStats:
     def console_line(self) -> str:
         lag = self.learner.get("policy_lag_mean", float("nan"))
         ret = f"{self.mean_return():.1f}" if self.returns else "n/a"
-        return (f"[{self.elapsed():6.1f}s] frames {self.frames:,} | fps {self.fps():,.0f} | "
+        line = (f"[{self.elapsed():6.1f}s] frames {self.frames:,} | fps {self.fps():,.0f} | "
                 f"return {ret} (last {len(self.returns)} of {self.num_episodes} episodes) | "
                 f"policy v{self.policy_version} lag {lag:.1f} | trained {self.samples_trained:,} | "
                 f"{self.bottleneck_hint()}" + (self.service_line() if self.service else ""))
+        if len(self.policies) > 1:
+            means = [p.mean_return() for p in self.policies]
+            line += " | per policy: " + ", ".join(
+                f"p{k} {'n/a' if m is None else f'{m:.1f}'} (v{p.version})"
+                for k, (m, p) in enumerate(zip(means, self.policies)))
+        return line
+
+    def policy_report(self) -> list[str]:
+        """The console's closing lines of a multi-policy run: each policy, and the win rates of a 2-player game."""
+        if len(self.policies) == 1:
+            return []
+        lines = [f"policy {k}: mean return {p.mean_return() if p.returns else float('nan'):.2f} over "
+                 f"{len(p.returns)} recent of {p.episodes} episodes, version {p.version}"
+                 for k, p in enumerate(self.policies)]
+        if self.win_rates is not None:
+            lines += self.win_rates.console_lines()
+        return lines

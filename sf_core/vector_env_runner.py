@@ -14,7 +14,7 @@ from sf_core.split_runner import SplitRunner
 
 class VectorEnvRunner(SplitRunner):
     def reset(self, slot: int) -> None:
-        self.slot, self.t = slot, 0
+        self.begin(slot)
         for e, env in enumerate(self.envs):
             obs, _ = self.call(e, env.reset, seed=self.seeds[e])
             self.writer.write(obs, self.obs[self.slot, 0, e])

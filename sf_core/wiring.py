@@ -1,7 +1,9 @@
 """Building the component topology: shared buffers, components, their hosts, and the signal connections.
 
 Serial mode puts every component on the runner's loop. Async mode gives each rollout worker and
-inference worker its own process, and the learner a process whose batcher runs on a second thread.
+inference worker its own process, and each policy's learner a process whose batcher runs on a second
+thread. Rollout workers and trajectory buffers are shared by all policies (--num_policies); each
+policy has its own weights, inference workers, datasets, batcher and learner.
 Every connection is made here, before any process starts (signal-slot-mp requires it).
 """
 
@@ -11,6 +13,7 @@ import logging
 import multiprocessing
 import sys
 from dataclasses import dataclass, field
+from typing import Callable
 
 import gymnasium as gym
 import torch
@@ -20,14 +23,15 @@ from algo.conv_encoders import conv_summaries
 from algo.model import ActorCritic, ModelSpec
 from envs.multi_agent import is_multi_agent, num_agents
 from envs.registry import EnvContext, EnvRegistry
+from sf_core import policy_mapping
 from sf_core import signals as sig
-from sf_core.batcher import Batcher
+from sf_core.batcher import Batcher, batcher_name
 from sf_core.buffers import BufferLayout, DatasetBuffers, SharedWeights, TrajectoryBuffers, make_lock
 from sf_core.component import Component, ComponentProcess, Routing
 from sf_core.config import Config, ConfigError
 from sf_core.control import ControlBlock
-from sf_core.inference_worker import InferenceWorker
-from sf_core.learner import Learner
+from sf_core.inference_worker import InferenceWorker, inference_worker_name
+from sf_core.learner import Learner, learner_name
 from sf_core.rollout_worker import RolloutWorker
 from sf_core.sample import SampleSpaces
 from sf_core.user_code import UserCode
@@ -41,12 +45,21 @@ class Topology:
     components: list[Component] = field(default_factory=list)
     processes: list[ComponentProcess] = field(default_factory=list)
     control: ControlBlock | None = None
-    learner: Learner | None = None
-    weights: SharedWeights | None = None
+    learners: list[Learner] = field(default_factory=list)  # one per policy
+    weights: list[SharedWeights] = field(default_factory=list)  # one per policy
     host: dict[str, ComponentProcess] = field(default_factory=dict)  # component name -> its process (async)
 
     def dead_components(self) -> list[Component]:
         return [c for c in self.components if c.name in self.host and not self.host[c.name].is_alive()]
+
+
+@dataclass
+class PolicyComponents:
+    """What one policy has of its own: inference workers, a batcher and a learner."""
+
+    inference: list[InferenceWorker]
+    batcher: Batcher
+    learner: Learner
 
 
 def start_method(requested: str, device: str) -> str:
@@ -60,26 +73,44 @@ def start_method(requested: str, device: str) -> str:
 
 
 def component_names(cfg: Config) -> list[str]:
-    return ([f"inference_worker_{i}" for i in range(cfg.policy_workers_per_policy)]
-            + [f"rollout_worker_{w}" for w in range(cfg.num_workers)] + ["learner", "batcher"])
+    n = cfg.num_policies
+    return ([inference_worker_name(p, i, n) for p in range(n) for i in range(cfg.policy_workers_per_policy)]
+            + [f"rollout_worker_{w}" for w in range(cfg.num_workers)]
+            + [name for p in range(n) for name in (learner_name(p, n), batcher_name(p, n))])
 
 
-def build_components(cfg: Config, runner: Component, registry: EnvRegistry, obs_space: gym.Space, action_space: gym.Space,
-                model: ActorCritic, version: int, device: str, seed: int, checkpoint_dir: str,
-                resume_from: str | None, agents_per_env: int = 1) -> Topology:
-    ctx = multiprocessing.get_context(start_method(cfg.mp_start_method, device))
-    layout = BufferLayout.from_config(cfg, agents_per_env)
-    buffers = TrajectoryBuffers(layout, SampleSpaces(obs_space, action_space, model.rnn_state_size))
-    datasets = DatasetBuffers(buffers, cfg.dataset_size() // cfg.rollout)
-    weights = SharedWeights(model, make_lock(cfg.serial_mode, ctx))
-    weights.version[0] = version
-    log.info("model: %s parameters; buffers: %d trajectory slots of %d×%d steps",
-             f"{sum(p.numel() for p in model.parameters()):,}", layout.num_slots, layout.rollout + 1,
-             layout.rows_per_split)
+@dataclass
+class Setup:
+    """What every component is built from: the run's config, spaces, devices and where each policy starts."""
 
-    topology = Topology()
-    topology.control = ControlBlock(None if cfg.serial_mode else component_names(cfg))
-    control = topology.control
+    cfg: Config
+    registry: EnvRegistry
+    obs_space: gym.Space
+    action_space: gym.Space
+    models: list[ActorCritic]  # each policy's initial model
+    versions: list[int]
+    device: str
+    seed: int
+    checkpoint_dirs: list[str]
+    resume_from: list[str | None]
+    agents_per_env: int = 1
+
+
+def build_components(setup: Setup, runner: Component) -> Topology:
+    cfg = setup.cfg
+    ctx = multiprocessing.get_context(start_method(cfg.mp_start_method, setup.device))
+    layout = BufferLayout.from_config(cfg, setup.agents_per_env)
+    spec = setup.models[0].spec
+    buffers = TrajectoryBuffers(layout, SampleSpaces(setup.obs_space, setup.action_space, setup.models[0].rnn_state_size))
+    control = ControlBlock(None if cfg.serial_mode else component_names(cfg))
+    topology = Topology(control=control)
+    for model, version in zip(setup.models, setup.versions):
+        topology.weights.append(SharedWeights(model, make_lock(cfg.serial_mode, ctx)))
+        topology.weights[-1].version[0] = version
+    log.info("model: %s parameters%s; buffers: %d trajectory slots of %d×%d steps",
+             f"{sum(p.numel() for p in setup.models[0].parameters()):,}",
+             f" (× {cfg.num_policies} policies)" if cfg.num_policies > 1 else "", layout.num_slots,
+             layout.rollout + 1, layout.rows_per_split)
 
     def host(name: str) -> tuple[EventLoop, ComponentProcess | None]:
         if cfg.serial_mode:
@@ -89,50 +120,64 @@ def build_components(cfg: Config, runner: Component, registry: EnvRegistry, obs_
         topology.host[name] = proc
         return proc.event_loop, proc
 
-    inference = []
-    for i in range(cfg.policy_workers_per_policy):
-        loop, proc = host(f"inference_worker_{i}")
-        inference.append(InferenceWorker(loop, i, cfg, buffers, weights, layout, obs_space, action_space, model.spec,
-                                         device, seed, control))
-        if proc:
-            proc.reporter = inference[-1]
+    policies = [_build_policy(setup, p, buffers, layout, topology, control, host, runner, spec)
+                for p in range(cfg.num_policies)]
+    mapping = policy_mapping.resolve(cfg.policy_mapping)
     workers = []
     for w in range(cfg.num_workers):
         loop, proc = host(f"rollout_worker_{w}")
-        workers.append(RolloutWorker(loop, w, cfg, registry, buffers, layout, seed, control))
+        workers.append(RolloutWorker(loop, w, cfg, setup.registry, buffers, layout, setup.seed, topology.control,
+                                     mapping))
         if proc:
             proc.reporter = workers[-1]
-    loop, proc = host("learner")
-    learner = Learner(loop, cfg, datasets, weights, obs_space, action_space, model.spec, device, seed, checkpoint_dir,
-                      resume_from, algorithm_builder(cfg.algo), control)
-    batcher_loop = runner.event_loop if cfg.serial_mode else Routing.use_plain_pickle(EventLoop("batcher_loop"))
-    batcher = Batcher(batcher_loop, cfg, buffers, datasets, layout, control)
-    if proc:
-        proc.reporter = learner
-        proc.threads.append((batcher_loop, batcher))
-        topology.host["batcher"] = proc
-
-    topology.components = [*inference, *workers, learner, batcher]
-    topology.weights = weights
-    topology.learner = learner
-    _connect(runner, topology.components, workers, inference, learner, batcher)
+    topology.components = [*workers, *(c for pc in policies for c in (*pc.inference, pc.learner, pc.batcher))]
+    topology.learners = [pc.learner for pc in policies]
+    _connect(runner, topology.components, workers, policies)
     return topology
 
 
+def _build_policy(setup: Setup, p: int, buffers: TrajectoryBuffers, layout: BufferLayout, topology: Topology,
+                  control: ControlBlock, host: Callable, runner: Component, spec: ModelSpec) -> PolicyComponents:
+    cfg, n = setup.cfg, setup.cfg.num_policies
+    seed = setup.seed + 1_000_003 * p
+    weights = topology.weights[p]
+    inference = []
+    for i in range(cfg.policy_workers_per_policy):
+        loop, proc = host(inference_worker_name(p, i, n))
+        inference.append(InferenceWorker(loop, i, cfg, buffers, weights, layout, setup.obs_space, setup.action_space,
+                                         spec, setup.device, seed, control, p))
+        if proc:
+            proc.reporter = inference[-1]
+    datasets = DatasetBuffers(buffers, cfg.dataset_size() // cfg.rollout)
+    loop, proc = host(learner_name(p, n))
+    learner = Learner(loop, cfg, datasets, weights, setup.obs_space, setup.action_space, spec, setup.device, seed,
+                      setup.checkpoint_dirs[p], setup.resume_from[p], algorithm_builder(cfg.algo), control,
+                      p, topology.weights)
+    batcher_loop = runner.event_loop if cfg.serial_mode else Routing.use_plain_pickle(EventLoop(f"batcher_loop_{p}"))
+    batcher = Batcher(batcher_loop, cfg, buffers, datasets, layout, control, p)
+    if proc:
+        proc.reporter = learner
+        proc.threads.append((batcher_loop, batcher))
+        topology.host[batcher.name] = proc
+    return PolicyComponents(inference, batcher, learner)
+
+
 def _connect(runner: Component, components: list[Component], workers: list[RolloutWorker],
-             inference: list[InferenceWorker], learner: Learner, batcher: Batcher) -> None:
-    for i in inference:
-        sig.FLUSH_REQUESTS.connect(i, i.flush_requests)
-    for w, worker in enumerate(workers):
-        server = inference[w % len(inference)]
-        sig.POLICY_REQUEST.connect(worker, server.policy_request)
-        sig.ADVANCE.connect_to(server, w, worker.advance)
-        sig.NEW_TRAJECTORIES.connect(worker, batcher.new_trajectories)
-        sig.SLOTS_FREED.connect_to(batcher, w, worker.slots_freed)
-    sig.BATCH_READY.connect(batcher, learner.batch_ready)
-    sig.BATCH_CONSUMED.connect(learner, batcher.batch_consumed)
-    sig.CHECKPOINT_SAVED.connect(learner, runner.on_checkpoint_saved)
-    sig.SAVE_CHECKPOINT.connect(runner, learner.save_checkpoint)
+             policies: list[PolicyComponents]) -> None:
+    for p, pc in enumerate(policies):
+        for i in pc.inference:
+            sig.FLUSH_REQUESTS.connect(i, i.flush_requests)
+        for w, worker in enumerate(workers):
+            server = pc.inference[w % len(pc.inference)]
+            sig.POLICY_REQUEST.connect_to(worker, p, server.policy_request)
+            sig.ADVANCE.connect_to(server, w, worker.advance)
+            sig.NEW_TRAJECTORIES.connect_to(worker, p, pc.batcher.new_trajectories)
+            sig.SLOTS_FREED.connect_to(pc.batcher, w, worker.slots_freed)
+        sig.BATCH_READY.connect(pc.batcher, pc.learner.batch_ready)
+        sig.BATCH_CONSUMED.connect(pc.learner, pc.batcher.batch_consumed)
+        sig.CHECKPOINT_SAVED.connect(pc.learner, runner.on_checkpoint_saved)
+        sig.SAVE_CHECKPOINT.connect_to(runner, p, pc.learner.save_checkpoint)
+        sig.PBT_REPLACE.connect_to(runner, p, pc.learner.pbt_replace)
     for component in components:
         sig.REPORT.connect(component, runner.on_report)
         sig.COMPONENT_ERROR.connect(component, runner.on_component_error)

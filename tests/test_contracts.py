@@ -36,9 +36,10 @@ def test_buffers_datasets_and_batches_hold_every_field_with_the_schema_rows():
         assert dataset_tensor.is_shared() and batch[f.name].shape == dataset_tensor.shape
     assert buffers["rnn_states"].shape[-1] == 4 and buffers["obs"].shape[-1] == 3
     # what a trajectory needs from its predecessor's last row: observation, the action already chosen
-    # for it with its log-prob, value and version, the state it was chosen with, and the agent's activity
+    # for it with its log-prob, value and version, the state it was chosen with, the agent's activity and
+    # the policy acting for it
     assert set(CARRIED) == {"obs", "actions", "log_prob", "behaviour_values", "policy_version", "rnn_states",
-                            "inactive"}
+                            "inactive", "policy_id"}
 
 
 @pytest.mark.parametrize("row, origin, truncation", [

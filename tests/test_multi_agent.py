@@ -176,7 +176,7 @@ def test_non_batched_runner_rows_per_agent_inactive_mask_and_truncation():
     torch.testing.assert_close(buffers.final_obs[0, 2], torch.tensor([1.0, 0.0, 0.0]))
     # episode statistics per agent, with raw rewards
     episodes = sorted(runner.finished_episodes, key=lambda e: (e[1], e[2]))
-    assert episodes[0] == (pytest.approx(0.95), 2, 0)
+    assert episodes[0] == (pytest.approx(0.95), 2, 0, 0)  # (return, length, agent, policy)
     assert sorted(e[2] for e in episodes) == [0, 0, 1, 1]
     assert buffers["inactive"][slot, 4].tolist() == [False] * 4  # everyone back after the auto-reset
 

@@ -1,0 +1,125 @@
+"""Several policies in one run: the mapping, whose samples reach which learner, and learning with N > 1."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from algo.algorithms import Algorithm, appo, register_algorithm
+from algo.graph import Node
+from envs.registry import EnvContext, register_env
+from sf_core.config import ConfigError, parse_args
+from sf_core.policy_mapping import AgentPolicies, register_policy_mapping, resolve
+from tests.helpers import train
+
+
+# ------------------------------------------------------------------------------------------ the mapping
+def test_spread_gives_each_policy_a_contiguous_block_of_envs():
+    policies = AgentPolicies("spread", 4, total_envs=8, multi_agent=False, seed=0)
+    assert [policies.choose(env, 0, 0) for env in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert [policies.choose(3, 0, episode) for episode in range(5)] == [1] * 5  # an env keeps its policy
+
+
+def test_random_draws_every_policy_and_one_policy_is_always_zero():
+    policies = AgentPolicies("auto", 3, total_envs=4, multi_agent=True, seed=1)  # auto: random for multi-agent
+    drawn = {policies.choose(0, agent, episode) for agent in range(2) for episode in range(50)}
+    assert drawn == {0, 1, 2}
+    single = AgentPolicies("random", 1, total_envs=4, multi_agent=True, seed=1)
+    assert {single.choose(e, 0, k) for e in range(4) for k in range(10)} == {0}
+
+
+def test_a_registered_mapping_is_called_with_env_agent_and_episode_and_checked():
+    register_policy_mapping("test_by_agent", lambda env, agent, episode, n: (agent + episode) % n)
+    policies = AgentPolicies(resolve("test_by_agent"), 2, total_envs=4, multi_agent=True, seed=0)
+    assert [policies.choose(0, agent, 0) for agent in range(2)] == [0, 1]
+    assert policies.choose(0, 0, 1) == 1
+    register_policy_mapping("test_out_of_range", lambda env, agent, episode, n: n)
+    with pytest.raises(ValueError, match="returned 2 for env 0, agent 0"):
+        AgentPolicies(resolve("test_out_of_range"), 2, total_envs=4, multi_agent=True, seed=0).choose(0, 0, 0)
+    with pytest.raises(ConfigError, match="unknown --policy_mapping='nope'"):
+        resolve("nope")
+
+
+def test_flags_of_several_policies_are_checked():
+    with pytest.raises(ConfigError, match="--async_rl=False trains one policy"):
+        parse_args(["--env=CartPole-v1", "--num_policies=2", "--async_rl=False"])
+    with pytest.raises(ConfigError, match="--with_pbt needs a population"):
+        parse_args(["--env=CartPole-v1", "--with_pbt"])
+    with pytest.raises(ConfigError, match="policy 3 does not exist"):
+        parse_args(["--env=CartPole-v1", "--num_policies=2", "--policy_hyperparams", "3:gamma=0.9"])
+    cfg, _ = parse_args(["--env=CartPole-v1", "--num_policies=2", "--policy_hyperparams", "1:learning_rate=1e-5"])
+    assert cfg.policy_config(1).learning_rate == 1e-5 and cfg.policy_config(0).learning_rate == cfg.learning_rate
+
+
+# ------------------------------------------------------------------------------------------ samples per policy
+class TaggedCartPole(gym.Wrapper):
+    """CartPole whose observation carries the policy the test's mapping gives its current episode, so the
+    learner can check that every sample it trains on came from an agent mapped to it."""
+
+    def __init__(self, env: gym.Env, env_index: int):
+        super().__init__(env)
+        self.env_index, self.episode = env_index, -1
+        low, high = env.observation_space.low, env.observation_space.high
+        self.observation_space = gym.spaces.Box(np.append(low, 0.0), np.append(high, 1.0), dtype=np.float32)
+
+    def tagged(self, obs: np.ndarray) -> np.ndarray:
+        return np.append(obs, float(alternate(self.env_index, 0, self.episode, 2))).astype(np.float32)
+
+    def reset(self, **kwargs):
+        self.episode += 1
+        obs, info = self.env.reset(**kwargs)
+        return self.tagged(obs), info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self.tagged(obs), reward, terminated, truncated, info
+
+
+def alternate(env: int, agent: int, episode: int, n: int) -> int:
+    """Every env switches policy at every episode start: trajectories cross from one policy to the other."""
+    return (env + episode) % n
+
+
+def make_tagged(name: str, cfg, ctx: EnvContext) -> gym.Env:
+    return TaggedCartPole(gym.make("CartPole-v1"), ctx.env_index)
+
+
+def check_tags(ctx, x) -> dict:
+    active = ~x["inactive"]
+    tags = x["obs"][:-1, :, -1]
+    wrong = (tags[active] != ctx.policy_index).sum().item()
+    if wrong:
+        raise AssertionError(f"learner of policy {ctx.policy_index} got {wrong} samples of another policy")
+    return {"tag_stats": {"tag_checked": float(active.sum().item())}}
+
+
+def appo_checking_tags(params) -> Algorithm:
+    algorithm = appo(params)
+    algorithm.nodes.insert(0, Node("check_tags", "compute", ("obs", "inactive"), ("tag_stats",), check_tags))
+    return algorithm
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_two_policies_each_solve_cartpole_on_samples_of_their_own_agents_only(tmp_path):
+    register_env("TaggedCartPole-v1", make_tagged)
+    register_policy_mapping("test_alternate", alternate)
+    register_algorithm("APPO_checking_tags", appo_checking_tags)
+    code, summary = train(tmp_path, "--env=TaggedCartPole-v1", "--num_policies=2", "--policy_mapping=test_alternate",
+                          "--algo=APPO_checking_tags", "--num_workers=2", "--num_envs_per_worker=64",
+                          "--rollout=32", "--batch_size=1024", "--num_batches_per_epoch=2", "--num_epochs=2",
+                          "--learning_rate=3e-4", "--ppo_clip_ratio=0.2", "--encoder_mlp_layers", "64", "64",
+                          "--target_mean_return=470", "--train_for_env_steps=2000000", "--seed=3")
+    assert code == 0, summary.get("error")
+    policies = summary["policies"]
+    assert [p["policy"] for p in policies] == [0, 1]
+    for p in policies:
+        assert p["mean_return"] >= 450, policies
+        assert p["final_learner_stats"]["tag_checked"] > 0  # the check ran on this policy's samples
+    assert summary["time_to_target"] is not None
+    assert (tmp_path / "exp" / "checkpoint_p0").is_dir() and (tmp_path / "exp" / "checkpoint_p1").is_dir()
+    states = [torch.load(summary["last_checkpoints"][p], weights_only=True) for p in range(2)]
+    assert [s["policy"] for s in states] == [0, 1]
+    assert any(not torch.equal(a, b) for a, b in zip(states[0]["model"].values(), states[1]["model"].values()))
