@@ -28,7 +28,8 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from sf_core import signals  # noqa: E402
-from sf_core.config import GROUPS, Config, add_bool_argument  # noqa: E402
+from sf_core.config import GROUPS, Config  # noqa: E402
+from sf_core.arguments import add_bool_argument  # noqa: E402
 from sf_core.presets import PRESETS  # noqa: E402
 from sf_core.sample import FIELDS  # noqa: E402
 

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from sf_core.config import Config, ConfigError, parse_args
+from sf_core.config import Config, ConfigError
+from sf_core.arguments import parse_args
 
 
 def test_defaults_and_types():
@@ -51,7 +52,7 @@ def test_config_json_round_trip():
 def _entry_point_parsers():
     """Every command-line parser of sf_core, with the arguments it requires."""
     from sf_core.cli import enjoy, env_server, evaluate
-    from sf_core.config import build_parser
+    from sf_core.arguments import build_parser
 
     return {"train": (build_parser(), []), "enjoy": (enjoy.build_parser(), ["--experiment=x"]),
             "evaluate": (evaluate.build_parser(), ["--tasks=t.jsonl", "--env_service=h:1*1"]),
@@ -60,7 +61,7 @@ def _entry_point_parsers():
 
 @pytest.mark.parametrize("entry_point", ["train", "enjoy", "evaluate", "env_server"])
 def test_every_boolean_flag_accepts_the_bare_form(entry_point):
-    from sf_core.config import BOOL_EPILOG, str2bool
+    from sf_core.arguments import BOOL_EPILOG, str2bool
 
     parser, required = _entry_point_parsers()[entry_point]
     flags = [a for a in parser._actions if a.type is str2bool]
@@ -108,7 +109,7 @@ def test_every_boolean_argument_is_made_by_the_one_helper():
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
                 kwargs = {k.arg: ast.unparse(k.value) for k in node.keywords}
-                if (kwargs.get("type") == "str2bool" and path != "sf_core/config.py") or \
+                if (kwargs.get("type") == "str2bool" and path != "sf_core/arguments.py") or \
                         kwargs.get("action", "").strip("'\"") in ("store_true", "store_false"):
                     found.append(f"{path}:{node.lineno} {ast.unparse(node)[:80]}")
     assert not found, "\n".join(found)

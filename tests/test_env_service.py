@@ -15,7 +15,8 @@ import zmq
 
 from sf_core.service.env_pool import EnvPool, PooledEnv, PoolTimeout, SlotLost
 from sf_core.service.remote_env import RemoteEnv, ServiceTimeout
-from sf_core.config import ConfigError, parse_args
+from sf_core.config import ConfigError
+from sf_core.arguments import parse_args
 from sf_core.service.endpoints import ServiceConfigError, parse_service, worker_slice
 from tests.helpers import EnvServerProcess, read_summary, wait_for
 from tests import launch

@@ -14,7 +14,7 @@ import yaml
 
 import huggingface_hub  # noqa: F401  (the huggingface extra; fail loudly when missing)
 from sf_core import checkpoint
-from sf_core.config import parse_args
+from sf_core.arguments import parse_args
 from sf_core.experiment import load_config
 from sf_core.huggingface.model_card import UNREPRODUCED, train_command
 from sf_core.huggingface.push_to_hub import upload

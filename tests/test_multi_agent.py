@@ -16,7 +16,7 @@ from envs.registry import EnvContext, EnvRegistry
 from envs.relay_game import RelayGame, make_relay_game
 from sf_core import register_env
 from sf_core.buffers import BufferLayout, TrajectoryBuffers
-from sf_core.config import parse_args
+from sf_core.arguments import parse_args
 from sf_core.nonbatched_env_runner import NonBatchedEnvRunner
 from sf_core.sample import SampleSpaces
 from sf_core.split_runner import EnvStepError

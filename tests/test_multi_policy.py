@@ -10,7 +10,8 @@ import torch
 from algo.algorithms import Algorithm, appo, register_algorithm
 from algo.graph import Node
 from envs.registry import EnvContext, register_env
-from sf_core.config import ConfigError, parse_args
+from sf_core.config import ConfigError
+from sf_core.arguments import parse_args
 from sf_core.policy_mapping import AgentPolicies, register_policy_mapping, resolve
 from tests.helpers import train
 

@@ -9,7 +9,7 @@ import logging
 import pytest
 import torch
 
-from sf_core.config import parse_args
+from sf_core.arguments import parse_args
 from sf_core.pbt import BOUND_MARGIN, PopulationBasedTraining, Replacement, replace_count
 
 PERIOD = 1000

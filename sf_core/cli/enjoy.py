@@ -21,7 +21,8 @@ import numpy as np
 from envs.multi_agent import is_multi_agent
 from envs.registry import EnvContext, EnvNotFoundError, registry_snapshot
 from sf_core.cli.train import setup_logging
-from sf_core.config import BOOL_EPILOG, ConfigError, _Parser, add_bool_argument
+from sf_core.config import ConfigError
+from sf_core.arguments import BOOL_EPILOG, _Parser, add_bool_argument
 from sf_core.policy import TrainedPolicy, load_checkpoint
 
 log = logging.getLogger("sf_core")

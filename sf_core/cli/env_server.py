@@ -14,7 +14,7 @@ from typing import Sequence
 import gymnasium as gym
 import zmq
 
-from sf_core.config import BOOL_EPILOG, add_bool_argument
+from sf_core.arguments import BOOL_EPILOG, add_bool_argument
 from sf_core.service.env_server import EnvServer
 from sf_core.service.protocol import ProtocolError
 

@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Sequence
 
-from sf_core.config import BOOL_EPILOG, add_bool_argument
+from sf_core.arguments import BOOL_EPILOG, add_bool_argument
 from sf_core.logs import setup_logging
 from sf_core.service.evaluator import (
     EXIT_OK,

@@ -14,7 +14,8 @@ from typing import Sequence
 
 from envs.registry import EnvNotFoundError
 from sf_core.cli.train import setup_logging
-from sf_core.config import ConfigError, _Parser
+from sf_core.config import ConfigError
+from sf_core.arguments import _Parser
 from sf_core.exported_policy import FORMATS, export
 
 log = logging.getLogger("sf_core")

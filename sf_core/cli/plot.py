@@ -11,7 +11,8 @@ import os
 import sys
 from typing import Sequence
 
-from sf_core.config import ConfigError, _Parser
+from sf_core.config import ConfigError
+from sf_core.arguments import _Parser
 
 TAG = "episode/return"
 

@@ -11,7 +11,8 @@ from typing import Sequence
 from envs.registry import EnvNotFoundError
 from sf_core import logs
 from sf_core.component import quiet_signal_slot_logs
-from sf_core.config import ConfigError, build_parser, parse_args
+from sf_core.config import ConfigError
+from sf_core.arguments import build_parser, parse_args
 
 log = logging.getLogger("sf_core")
 

@@ -17,7 +17,8 @@ import sys
 from typing import Sequence
 
 from sf_core.cli.train import setup_logging
-from sf_core.config import ConfigError, _Parser
+from sf_core.config import ConfigError
+from sf_core.arguments import _Parser
 
 log = logging.getLogger("sf_core")
 

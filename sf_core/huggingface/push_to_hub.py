@@ -19,7 +19,8 @@ from typing import Sequence
 
 from sf_core import checkpoint
 from sf_core.cli.train import setup_logging
-from sf_core.config import ConfigError, _Parser, add_bool_argument
+from sf_core.config import ConfigError
+from sf_core.arguments import _Parser, add_bool_argument
 from sf_core.experiment import load_config
 from sf_core.huggingface.model_card import model_card
 
