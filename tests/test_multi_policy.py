@@ -124,3 +124,108 @@ def test_two_policies_each_solve_cartpole_on_samples_of_their_own_agents_only(tm
     states = [torch.load(summary["last_checkpoints"][p], weights_only=True) for p in range(2)]
     assert [s["policy"] for s in states] == [0, 1]
     assert any(not torch.equal(a, b) for a, b in zip(states[0]["model"].values(), states[1]["model"].values()))
+
+
+# ------------------------------------------------------------------------------------------ PBT
+def final_returns(experiment_path, episodes: int = 8) -> list[float]:
+    """Each policy's last checkpoint played deterministically on CartPole: its mean return."""
+    from algo.model import ModelSpec
+    from sf_core import checkpoint
+    from sf_core.experiment import load_config
+    from sf_core.policy import PolicyCheckpoint
+
+    cfg = load_config(str(experiment_path))
+    env = gym.make("CartPole-v1")
+    returns = []
+    for p in range(cfg.num_policies):
+        path = checkpoint.latest_checkpoint(checkpoint.checkpoint_dir(str(experiment_path), p, cfg.num_policies))
+        state = checkpoint.load(path)
+        policy = PolicyCheckpoint(cfg, path, state["version"], state["model"], ModelSpec.from_config(cfg)).policy(
+            env.observation_space, env.action_space, deterministic=True)
+        total = 0.0
+        for k in range(episodes):
+            obs, _ = env.reset(seed=1000 + k)
+            episode, done = policy.start_episode(), False
+            while not done:
+                obs, reward, terminated, truncated, _ = env.step(policy.act([obs], episode)[0])
+                total, done = total + reward, terminated or truncated
+        returns.append(total / episodes)
+    return returns
+
+
+POPULATION = ("--env=CartPole-v1", "--num_policies=4", "--num_workers=2", "--train_for_env_steps=1200000",
+              "--policy_hyperparams", "2:learning_rate=3e-6", "3:learning_rate=3e-6", "--seed=1")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_pbt_replaces_the_policies_with_a_bad_learning_rate_and_without_it_they_stay_behind(tmp_path):
+    """Two of four policies start with a learning rate 100x too small (--policy_hyperparams)."""
+    import json
+
+    code, summary = train(tmp_path, *POPULATION, "--with_pbt", "--pbt_period_env_steps=50000",
+                          "--pbt_start_mutation=100000", experiment="pbt")
+    assert code == 0, summary.get("error")
+    with open(tmp_path / "pbt" / "pbt.jsonl") as f:
+        events = [json.loads(line) for line in f]
+    first = {}
+    for event in events:
+        first.setdefault(event["policy"], event)
+    assert {2, 3} <= set(first), f"the bad policies were never replaced: {events}"
+    for bad in (2, 3):
+        assert first[bad]["source"] in (0, 1) and first[bad]["new_hyperparams"]["learning_rate"] >= 1e-4
+    with_pbt = final_returns(tmp_path / "pbt")
+    assert min(with_pbt) >= 0.9 * max(with_pbt), with_pbt
+
+    code, summary = train(tmp_path, *POPULATION, experiment="no_pbt")
+    assert code == 0, summary.get("error")
+    without = final_returns(tmp_path / "no_pbt")
+    assert max(without[2:]) < 0.5 * min(without[:2]), without  # far behind
+    assert not (tmp_path / "no_pbt" / "pbt.jsonl").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_kill_9_then_rerun_resumes_every_policy_with_its_own_counters_and_pbt_hyperparams(tmp_path):
+    import psutil
+
+    from sf_core import checkpoint
+    from tests import launch
+    from tests.helpers import read_summary, wait_for
+
+    args = ["--env=CartPole-v1", "--num_policies=2", "--num_workers=2", f"--train_dir={tmp_path}",
+            "--experiment=run", "--save_every_sec=1", "--seed=5", "--with_pbt", "--pbt_period_env_steps=20000",
+            "--pbt_start_mutation=20000", "--policy_hyperparams", "1:learning_rate=1e-6"]
+    dirs = [str(tmp_path / "run" / f"checkpoint_p{p}") for p in range(2)]
+    events = tmp_path / "run" / "pbt.jsonl"
+
+    def replaced_and_saved() -> bool:  # a checkpoint of policy 1 holds PBT's values, not the flag's 1e-6
+        last = checkpoint.latest_checkpoint(dirs[1])
+        return events.exists() and last is not None and checkpoint.load(last)["hyperparams"]["learning_rate"] > 1e-5
+
+    proc = launch.start(args + ["--train_for_env_steps=10000000"])
+    try:
+        wait_for(replaced_and_saved, 120, "a PBT replacement of policy 1 and a checkpoint after it")
+        children = psutil.Process(proc.pid).children(recursive=True)
+        proc.kill()  # kill -9
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _, alive = psutil.wait_procs(children, timeout=8)
+    assert not alive, "component processes outlived a killed trainer"
+
+    saved = [checkpoint.load(checkpoint.latest_checkpoint(d)) for d in dirs]
+    assert [s["policy"] for s in saved] == [0, 1]
+    lr = saved[1]["hyperparams"]["learning_rate"]
+    # the rerun may not replace anyone (its learning rates are the checkpoints' to check)
+    target = saved[0]["runner"]["frames"] + 30000
+    result = launch.run(args + [f"--train_for_env_steps={target}", "--pbt_start_mutation=1000000000"], timeout=90)
+    assert result.returncode == 0, result.stdout[-3000:]
+    summary = read_summary(tmp_path, "run")
+    for p, policy in enumerate(summary["policies"]):
+        assert policy["policy_version"] > saved[p]["version"]  # counters continued, not restarted
+        assert policy["samples_trained"] > saved[p]["runner"]["policy_stats"]["samples_trained"]
+    resumed = checkpoint.load(checkpoint.latest_checkpoint(dirs[1]))
+    assert resumed["hyperparams"]["learning_rate"] == pytest.approx(lr)  # PBT's value, not --policy_hyperparams'
+    assert summary["policies"][1]["final_learner_stats"]["learning_rate"] == pytest.approx(lr)
