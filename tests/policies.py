@@ -80,9 +80,9 @@ def multi_policy_experiment(train_dir, name: str, mean_returns: Sequence[float |
                             best_policy: int | None = None, env: str = "CartPole-v1", **flags
                             ) -> tuple[str, list[ActorCritic]]:
     """{train_dir}/{name} as a run of len(mean_returns) policies leaves it: config.json with --num_policies,
-    each policy's checkpoints (weights from its own seed, version 10 + K, `mean_returns[K]` in its runner
-    dict, its own hyperparams) in checkpoint_p{K}/, and, when `best_policy` is given, a training_summary.json
-    naming it. Returns (path, the models by policy)."""
+    each policy's checkpoints in checkpoint_p{K}/ (weights from its own seed, the action head spread as
+    `spread_actions` does, version 10 + K, `mean_returns[K]` in its runner dict, its own hyperparams),
+    and, when `best_policy` is given, a training_summary.json naming it. Returns (path, the models by policy)."""
     n = len(mean_returns)
     cfg = Config(env=env, experiment=name, train_dir=str(train_dir), seed=0, num_policies=n,
                  encoder_mlp_layers=[16], **flags)
@@ -91,11 +91,13 @@ def multi_policy_experiment(train_dir, name: str, mean_returns: Sequence[float |
     with open(os.path.join(path, "config.json"), "w") as f:
         f.write(cfg.to_json())
     instance = registry_snapshot().make(env, cfg, EnvContext(worker_index=-1, env_index=0, seed=0))
+    rows = packed(instance.observation_space, record(instance, 200)[0])
     instance.close()
     models = []
     for k, mean_return in enumerate(mean_returns):
         torch.manual_seed(100 + k)
         model = ActorCritic(instance.observation_space, instance.action_space, ModelSpec.from_config(cfg))
+        spread_actions(model, rows)  # so that the policies' actions differ, not only their weights
         runner = {"frames": 1000 * (k + 1), "mean_return": mean_return, "best_mean_return": mean_return}
         state = {"model": model.state_dict(), "version": 10 + k, "runner": runner,
                  "hyperparams": {"learning_rate": 1e-4 * (k + 1), "gamma": 0.99 - 0.01 * k}}

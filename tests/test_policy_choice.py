@@ -148,3 +148,36 @@ def test_the_evaluator_chooses_once_for_all_its_workers(tmp_path):
     assert check_policy(path, "best", 0) == 0
     with pytest.raises(EvalError, match="--policy_index=3"):
         check_policy(path, "latest", 3)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_evaluator_workers_act_with_the_policy_named_and_record_it(tmp_path):
+    """Through a served env: the evaluator's worker process plays --policy_index's policy (the returns
+    enjoy gets with it, on the same seeds), and every result line says which policy it was."""
+    import sf_core.enjoy
+    from tests import launch
+    from tests.helpers import EnvServerProcess
+
+    path, _ = multi_policy_experiment(tmp_path, "pop", [10.0, 50.0, 20.0], best_policy=1)
+    local = {}
+    for k in (1, 2):
+        assert sf_core.enjoy.main([f"--train_dir={tmp_path}", "--experiment=pop", "--max_num_episodes=3",
+                                   "--eval_deterministic=True", "--seed=5", f"--policy_index={k}"]) == 0
+        with open(os.path.join(path, "eval_results.json")) as f:
+            local[k] = json.load(f)["returns"]
+    assert local[1] != local[2]  # else the check below could not tell the policies apart
+    server = EnvServerProcess(tmp_path, "CartPole-v1", 1)
+    try:
+        server.start()
+        tasks, out = tmp_path / "tasks.jsonl", tmp_path / "results.jsonl"
+        tasks.write_text(json.dumps({"id": "t", "env": "CartPole-v1", "seed": 5, "episodes": 3}) + "\n")
+        result = launch.run([f"--tasks={tasks}", f"--env_service={server.spec}", "--num_workers=1",
+                             f"--train_dir={tmp_path}", "--experiment=pop", "--eval_deterministic=True",
+                             "--policy_index=2", f"--output={out}"], 120, module="sf_core.evaluate")
+        assert result.returncode == 0, result.stdout + result.stderr
+        with open(out) as f:
+            (line,) = [json.loads(text) for text in f]
+        assert line["policy_index"] == 2 and line["returns"] == local[2]
+    finally:
+        server.kill()
