@@ -10,15 +10,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from sf_core.config import ConfigError, _Parser
 from sf_core.experiment import load_config
 
+if TYPE_CHECKING:  # both imported only when a plot is drawn
+    from matplotlib.figure import Figure
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
 TAG = "episode/return"
 
 
-def read_curve(experiment_path: str, tag: str = TAG, scalars=None) -> tuple[list[int], list[float], list[float]]:
+def read_curve(experiment_path: str, tag: str = TAG, scalars: EventAccumulator | None = None
+               ) -> tuple[list[int], list[float], list[float]]:
     """(env frames, training seconds, value) for one scalar tag (`scalars`: the experiment's events, when
     already read by `read_scalars`).
 
@@ -36,7 +41,7 @@ def read_curve(experiment_path: str, tag: str = TAG, scalars=None) -> tuple[list
     return [e.step for e in events], seconds, [e.value for e in events]
 
 
-def read_scalars(experiment_path: str):
+def read_scalars(experiment_path: str) -> EventAccumulator:
     """The experiment's TensorBoard scalars (an EventAccumulator), read once for all its curves."""
     import logging
 
@@ -70,7 +75,7 @@ def _num_policies(experiment_path: str) -> int:
         return 1
 
 
-def draw(train_dir: str, experiments: Sequence[str], tag: str = TAG):
+def draw(train_dir: str, experiments: Sequence[str], tag: str = TAG) -> Figure:
     """The figure: `tag` against env frames and against training time, a line per experiment (per
     policy for a run of several); its two axes hold the same lines, with the same labels."""
     import matplotlib

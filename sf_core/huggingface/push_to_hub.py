@@ -19,7 +19,7 @@ from typing import Sequence
 
 from sf_core import checkpoint
 from sf_core.cli.train import setup_logging
-from sf_core.config import ConfigError, _Parser, add_bool_argument
+from sf_core.config import Config, ConfigError, _Parser, add_bool_argument
 from sf_core.experiment import load_config
 from sf_core.huggingface.model_card import model_card
 from sf_core.policy import find_policy_checkpoint
@@ -66,7 +66,7 @@ def stage(experiment_path: str, repo_id: str, folder: str, which: str = "latest"
     return ["README.md"] + files
 
 
-def _check_evaluated_policy(cfg, results: dict, index: int | None) -> None:
+def _check_evaluated_policy(cfg: Config, results: dict, index: int | None) -> None:
     """The card's score must be the uploaded policy's: eval_results.json says which policy it played."""
     if cfg.num_policies == 1:
         return
