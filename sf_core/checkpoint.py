@@ -34,9 +34,9 @@ def latest_checkpoint(directory: str) -> str | None:
     return found[-1] if found else None
 
 
-def find_checkpoint(experiment_path: str, which: str = "latest") -> str | None:
-    """`latest`, `best`, or a path."""
-    directory = checkpoint_dir(experiment_path)
+def find_checkpoint(experiment_path: str, which: str = "latest", policy: int = 0, num_policies: int = 1) -> str | None:
+    """`latest`, `best` (of that policy's folder), or a path."""
+    directory = checkpoint_dir(experiment_path, policy, num_policies)
     if which == "latest":
         return latest_checkpoint(directory)
     if which == "best":

@@ -36,7 +36,7 @@ from algo.observations import PackedObs, is_structured
 from envs.registry import EnvContext, registry_snapshot
 from sf_core import checkpoint
 from sf_core.config import Config, ConfigError
-from sf_core.experiment import load_config
+from sf_core.policy import find_policy_checkpoint
 
 FORMATS = {"onnx": "policy.onnx", "torchscript": "policy.pt"}
 OUTPUTS = ["action", "action_params", "value"]
@@ -52,14 +52,14 @@ class TrainedPolicy:
     action_space: gym.Space
     checkpoint_path: str
     version: int
+    policy_index: int | None = 0  # which policy of a run of several (--num_policies)
 
 
-def load_trained_policy(experiment_path: str, which: str = "latest", env: str | None = None) -> TrainedPolicy:
-    """The experiment's model as trained (config.json), with the weights of checkpoint `which`."""
-    cfg = load_config(experiment_path)
-    path = checkpoint.find_checkpoint(experiment_path, which)
-    if path is None:
-        raise ConfigError(f"no checkpoint {which!r} in {checkpoint.checkpoint_dir(experiment_path)}")
+def load_trained_policy(experiment_path: str, which: str = "latest", env: str | None = None,
+                        policy_index: int | None = None) -> TrainedPolicy:
+    """The experiment's model as trained (config.json), with the weights of checkpoint `which` of policy
+    `policy_index` (default: the best policy of a run of several, see sf_core.policy.choose_policy)."""
+    cfg, path, index = find_policy_checkpoint(experiment_path, which, policy_index)
     state = checkpoint.load(path)
     # one env only to read its spaces, as the runner probes them
     probe = registry_snapshot().make(env or cfg.env, cfg, EnvContext(worker_index=-1, env_index=0, seed=0))
@@ -67,7 +67,7 @@ def load_trained_policy(experiment_path: str, which: str = "latest", env: str | 
     probe.close()
     model = ActorCritic(obs_space, action_space, ModelSpec.from_config(cfg))
     model.load_state_dict(state["model"])
-    return TrainedPolicy(cfg, model.eval(), obs_space, action_space, path, int(state["version"]))
+    return TrainedPolicy(cfg, model.eval(), obs_space, action_space, path, int(state["version"]), index)
 
 
 def obs_fields(space: gym.Space) -> list[tuple[str, tuple[int, ...], np.dtype]]:
@@ -159,16 +159,19 @@ def io_description(policy: TrainedPolicy, fmt: str) -> dict:
         inputs.append({"name": "rnn_state", "shape": ["batch", state_size], "dtype": "float32",
                        "note": "zeros at an episode's start; then the previous step's rnn_state_out"})
     return {"format": fmt, "env": policy.cfg.env, "checkpoint": os.path.basename(policy.checkpoint_path),
-            "policy_version": policy.version, "inputs": inputs, "outputs": wrapper.output_names(),
+            "policy_version": policy.version, "policy_index": policy.policy_index, "inputs": inputs,
+            "outputs": wrapper.output_names(),
             "action_space": str(policy.action_space), "observation_space": str(policy.obs_space),
             "rnn_state_size": state_size}
 
 
-def export(experiment_path: str, fmt: str, which: str = "latest", output: str | None = None) -> str:
-    """Export checkpoint `which` of an experiment; returns the file's path (policy.json beside it)."""
+def export(experiment_path: str, fmt: str, which: str = "latest", output: str | None = None,
+           policy_index: int | None = None) -> str:
+    """Export checkpoint `which` of an experiment's policy `policy_index` (default: the best); returns the
+    file's path (policy.json beside it)."""
     if fmt not in FORMATS:
         raise ConfigError(f"unknown --format={fmt!r}; known: {', '.join(FORMATS)}")
-    policy = load_trained_policy(experiment_path, which)
+    policy = load_trained_policy(experiment_path, which, policy_index=policy_index)
     path = output or os.path.join(experiment_path, "export", FORMATS[fmt])
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     (export_onnx if fmt == "onnx" else export_torchscript)(policy, path)

@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment", required=True, help="Experiment name.")
     p.add_argument("--train_dir", default="train_dir", help="Root folder of experiments.")
     p.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint path.")
+    p.add_argument("--policy_index", type=int, default=None,
+                   help="Which policy of a run with --num_policies > 1 plays (default: the best one).")
     p.add_argument("--max_num_episodes", type=int, default=10, help="Episodes to run.")
     add_bool_argument(p, "eval_deterministic", False, "Take the most likely action.")
     p.add_argument("--seed", type=int, default=0, help="Seed of the first evaluation episode.")
@@ -52,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def evaluate(args: argparse.Namespace) -> dict:
     path = os.path.join(args.train_dir, args.experiment)
-    loaded = load_checkpoint(path, args.checkpoint, args.device)
+    loaded = load_checkpoint(path, args.checkpoint, args.device, args.policy_index)
     env_name = args.env or loaded.cfg.env
     render_mode = "rgb_array" if args.save_video else None
     env = registry_snapshot().make(env_name, loaded.cfg, EnvContext(worker_index=-1, env_index=0, seed=args.seed,
@@ -69,6 +71,7 @@ def evaluate(args: argparse.Namespace) -> dict:
     results = {"episodes": len(returns), "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
                "mean_length": float(np.mean(lengths)), "returns": returns, "lengths": lengths,
                "checkpoint": loaded.path, "policy_version": loaded.version, "env_frames": loaded.env_frames,
+               "policy_index": loaded.policy_index,
                "env": env_name,
                "deterministic": bool(args.eval_deterministic)}
     if is_multi_agent(env):

@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train_dir", default="", help="With --experiment: act with that trained policy (else random).")
     p.add_argument("--experiment", default="", help="Experiment whose checkpoint acts.")
     p.add_argument("--checkpoint", default="latest", help="latest, best or a path.")
+    p.add_argument("--policy_index", type=int, default=None,
+                   help="Which policy of a run with --num_policies > 1 acts (default: the best one).")
     add_bool_argument(p, "eval_deterministic", False, "Trained policy: most likely action.")
     return p
 

@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train_dir", default="train_dir", help="Root folder of experiments.")
     p.add_argument("--format", default="onnx", choices=sorted(FORMATS), help="File format.")
     p.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint path.")
+    p.add_argument("--policy_index", type=int, default=None,
+                   help="Which policy of a run with --num_policies > 1 to export (default: the best one).")
     p.add_argument("--output", default=None,
                    help="File to write (default: {train_dir}/{experiment}/export/policy.onnx or policy.pt); "
                         "policy.json goes beside it.")
@@ -38,7 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
     try:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-        path = export(os.path.join(args.train_dir, args.experiment), args.format, args.checkpoint, args.output)
+        path = export(os.path.join(args.train_dir, args.experiment), args.format, args.checkpoint, args.output,
+                      args.policy_index)
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
     except (ConfigError, EnvNotFoundError, ValueError) as exc:

@@ -48,12 +48,19 @@ def metadata(cfg: Config, results: dict) -> dict:
     }
 
 
+def _which_policy(cfg: Config, results: dict) -> str:
+    if cfg.num_policies == 1:
+        return ""
+    return f"policy {results.get('policy_index', '?')} of the {cfg.num_policies} trained together, "
+
+
 def model_card(cfg: Config, results: dict, repo_id: str, files: list[str]) -> str:
     """README.md: metadata front matter, then the agent's results and the commands to use it."""
     experiment = repo_id.split("/")[-1]
     front = yaml.safe_dump(metadata(cfg, results), sort_keys=False)
     video = "![replay](replay.mp4)\n\n" if "replay.mp4" in files else ""
     curve = "![learning curve](learning_curve.png)\n\n" if "learning_curve.png" in files else ""
+    which = _which_policy(cfg, results)
     return f"""---
 {front}---
 
@@ -61,7 +68,7 @@ def model_card(cfg: Config, results: dict, repo_id: str, files: list[str]) -> st
 
 Trained with sf_core ({cfg.algo}, asynchronous reinforcement learning). Mean return over
 {results['episodes']} evaluation episodes: **{results['mean_return']:.2f} ± {results['std_return']:.2f}**
-(policy version {results.get('policy_version', '?')}, {'deterministic' if results.get('deterministic') else 'sampled'}
+({which}policy version {results.get('policy_version', '?')}, {'deterministic' if results.get('deterministic') else 'sampled'}
 actions).
 
 {video}{curve}## Use it

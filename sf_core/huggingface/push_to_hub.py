@@ -19,33 +19,40 @@ from typing import Sequence
 
 from sf_core import checkpoint
 from sf_core.cli.train import setup_logging
-from sf_core.config import ConfigError
 from sf_core.arguments import _Parser, add_bool_argument
+from sf_core.config import Config, ConfigError
 from sf_core.experiment import load_config
 from sf_core.huggingface.model_card import model_card
+from sf_core.policy import find_policy_checkpoint
 
 log = logging.getLogger("sf_core")
 
 EVAL_RESULTS, VIDEO, CURVE = "eval_results.json", "replay.mp4", "learning_curve.png"
 
 
-def stage(experiment_path: str, repo_id: str, folder: str, which: str = "latest") -> list[str]:
-    """Fill `folder` with the files the repository gets; returns their paths relative to it."""
+def stage(experiment_path: str, repo_id: str, folder: str, which: str = "latest",
+          policy_index: int | None = None) -> list[str]:
+    """Fill `folder` with the files the repository gets; returns their paths relative to it. Of a run of
+    several policies, one goes: `policy_index`, by default the best (sf_core.policy.choose_policy)."""
     cfg = load_config(experiment_path)
     results_path = os.path.join(experiment_path, EVAL_RESULTS)
     if not os.path.exists(results_path):
         raise ConfigError(f"{results_path} not found: evaluate first (python -m sf_core.enjoy "
                           f"--experiment={cfg.experiment} --train_dir=... --save_video=True)")
-    ckpt = checkpoint.find_checkpoint(experiment_path, which)
-    if ckpt is None:
-        raise ConfigError(f"no checkpoint {which!r} in {checkpoint.checkpoint_dir(experiment_path)}")
-    os.makedirs(checkpoint.checkpoint_dir(folder), exist_ok=True)
+    with open(results_path) as f:
+        results = json.load(f)
+    _, ckpt, index = find_policy_checkpoint(experiment_path, which, policy_index)
+    _check_evaluated_policy(cfg, results, index)
+    # the policy's folder name stays, so that the loader finds it after load_from_hub: config.json still
+    # says --num_policies, and the one policy with checkpoints is the one it picks by default
+    directory = checkpoint.checkpoint_dir(folder, index or 0, cfg.num_policies)
+    os.makedirs(directory, exist_ok=True)
     # the name stays: enjoy and resume look for checkpoint_v*_f*.pt after load_from_hub
     name = os.path.basename(ckpt)
     if not name.startswith("checkpoint_v"):  # best.pt or a path: named after its version and frames
         state = checkpoint.load(ckpt)
         name = checkpoint.PATTERN.format(version=state["version"], frames=state["runner"]["frames"])
-    files = [os.path.join("checkpoint", name)]
+    files = [os.path.join(os.path.basename(directory), name)]
     shutil.copyfile(ckpt, os.path.join(folder, files[0]))
     for optional in ("config.json", EVAL_RESULTS, VIDEO):
         if os.path.exists(os.path.join(experiment_path, optional)):
@@ -54,12 +61,23 @@ def stage(experiment_path: str, repo_id: str, folder: str, which: str = "latest"
     if VIDEO not in files:
         log.warning("no %s in %s: run python -m sf_core.enjoy with --save_video=True to add one", VIDEO,
                     experiment_path)
-    files += _learning_curve(experiment_path, folder) + _exported(experiment_path, folder)
-    with open(results_path) as f:
-        results = json.load(f)
+    files += _learning_curve(experiment_path, folder) + _exported(experiment_path, folder, index)
     with open(os.path.join(folder, "README.md"), "w") as f:
         f.write(model_card(cfg, results, repo_id, files))
     return ["README.md"] + files
+
+
+def _check_evaluated_policy(cfg: Config, results: dict, index: int | None) -> None:
+    """The card's score must be the uploaded policy's: eval_results.json says which policy it played."""
+    if cfg.num_policies == 1:
+        return
+    if index is None:
+        raise ConfigError("--checkpoint is not in a checkpoint_p{K}/ folder: name its policy with --policy_index")
+    evaluated = results.get("policy_index")
+    if evaluated != index:
+        raise ConfigError(f"eval_results.json is policy {evaluated}'s evaluation, but policy {index} would be "
+                          f"uploaded: run python -m sf_core.enjoy --policy_index={index} first, or push "
+                          f"--policy_index={evaluated}")
 
 
 def _learning_curve(experiment_path: str, folder: str) -> list[str]:
@@ -74,9 +92,18 @@ def _learning_curve(experiment_path: str, folder: str) -> list[str]:
     return [CURVE]
 
 
-def _exported(experiment_path: str, folder: str) -> list[str]:
+def _exported(experiment_path: str, folder: str, index: int | None) -> list[str]:
     source = os.path.join(experiment_path, "export")
     if not os.path.isdir(source):
+        return []
+    try:
+        with open(os.path.join(source, "policy.json")) as f:
+            exported = json.load(f).get("policy_index", 0)
+    except (OSError, ValueError):
+        exported = index  # nothing says otherwise
+    if exported != index:  # another policy of the run: it would not be the uploaded agent
+        log.warning("export/ holds policy %s, not policy %s: left out (python -m sf_core.export "
+                    "--policy_index=%s)", exported, index, index)
         return []
     shutil.copytree(source, os.path.join(folder, "export"), dirs_exist_ok=True)
     return sorted(os.path.join("export", name) for name in os.listdir(source))
@@ -101,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train_dir", default="train_dir", help="Root folder of experiments.")
     p.add_argument("--hf_repository", required=True, help="Hub repository: user/name (created if missing).")
     p.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint path.")
+    p.add_argument("--policy_index", type=int, default=None,
+                   help="Which policy of a run with --num_policies > 1 to upload (default: the best one).")
     add_bool_argument(p, "private", False, "Create the repository as private.")
     p.add_argument("--staging_dir", default=None, help="Stage the files here and keep them (default: a temporary "
                    "folder, deleted after the upload).")
@@ -114,7 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
         with tempfile.TemporaryDirectory(prefix="sf_core_hub_") as tmp:
             folder = args.staging_dir or tmp
-            files = stage(os.path.join(args.train_dir, args.experiment), args.hf_repository, folder, args.checkpoint)
+            files = stage(os.path.join(args.train_dir, args.experiment), args.hf_repository, folder, args.checkpoint,
+                          args.policy_index)
             log.info("staged %d files in %s: %s", len(files), folder, ", ".join(files))
             if not args.dry_run:
                 log.info("uploaded: %s", upload(folder, args.hf_repository, args.private))

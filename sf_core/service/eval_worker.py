@@ -37,7 +37,8 @@ class WorkerSpec:
     timeout: float  # per request to a server
     recheck_interval: float
     acquire_timeout: float
-    policy: dict  # {"kind": "random"} or {"kind": "checkpoint", "path": experiment folder, "checkpoint": ..}
+    policy: dict  # {"kind": "random"} or {"kind": "checkpoint", "path": experiment folder, "checkpoint": ..,
+    #              "policy_index": which policy of the run}
 
 
 EpisodeActor = Callable[[Any], Any]  # observation -> action, for one episode
@@ -56,7 +57,7 @@ def make_actors(spec: dict, spaces: dict[str, tuple]) -> dict[str, Actor]:
     from sf_core.policy import TrainedPolicy, load_checkpoint
 
     torch.set_num_threads(1)  # one thread per task thread: the worker's threads share the cores
-    loaded = load_checkpoint(spec["path"], spec["checkpoint"])
+    loaded = load_checkpoint(spec["path"], spec["checkpoint"], policy_index=spec.get("policy_index"))
 
     def trained_actor(policy: TrainedPolicy) -> Actor:
         def start(rng: np.random.Generator) -> EpisodeActor:

@@ -129,9 +129,10 @@ def plan_workers(args: argparse.Namespace, by_env: dict[str, list], needed: set[
                             f"each worker needs at least one slot of every env its tasks use ({total} < {W})")
     if args.experiment:
         path = os.path.join(args.train_dir or "train_dir", args.experiment)
-        check_policy(path, args.checkpoint)
+        # chosen once here, so every worker acts with the same policy of a run of several
+        index = check_policy(path, args.checkpoint, args.policy_index)
         policy = {"kind": "checkpoint", "path": path, "checkpoint": args.checkpoint,
-                  "deterministic": args.eval_deterministic}
+                  "deterministic": args.eval_deterministic, "policy_index": index}
     else:
         policy = {"kind": "random"}
     specs = []
@@ -145,14 +146,15 @@ def plan_workers(args: argparse.Namespace, by_env: dict[str, list], needed: set[
     return specs
 
 
-def check_policy(experiment_path: str, which: str) -> None:
-    """A missing experiment or checkpoint, or an unregistered custom model part, stops the run here,
-    not in every worker."""
+def check_policy(experiment_path: str, which: str, policy_index: int | None = None) -> int | None:
+    """The index of the policy that will act (the best one unless `policy_index` names one). A missing
+    experiment, policy or checkpoint, or an unregistered custom model part, stops the run here, not in
+    every worker."""
     # imported here: it brings torch, which the coordinator needs only when a trained policy acts
     from sf_core.policy import locate_checkpoint
 
     try:
-        locate_checkpoint(experiment_path, which)
+        return locate_checkpoint(experiment_path, which, policy_index)[3]
     except ConfigError as exc:
         raise EvalError(str(exc)) from None
 
@@ -262,6 +264,8 @@ class Coordinator:
                 "mean_return": sum(returns) / len(returns) if returns and status == "ok" else None,
                 "slot": msg["slot"], "worker": msg["worker"], "failures": sum(a["error"] is not None for a in attempts),
                 "attempts": attempts}
+        if "policy_index" in self.specs[0].policy:  # a trained policy acted: which one of its run
+            line["policy_index"] = self.specs[0].policy["policy_index"]
         self.out.write(json.dumps(line) + "\n")
         self.out.flush()  # a finished result survives whatever happens next
         self.written += 1
