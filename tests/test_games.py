@@ -1,4 +1,4 @@
-"""Two-player games: the built-in race-to-21 env."""
+"""Two-player games: the built-in race-to-21 env, and win rates between policies."""
 
 import gymnasium as gym
 import numpy as np
@@ -7,6 +7,7 @@ import pytest
 from envs.multi_agent import is_multi_agent, num_agents
 from envs.nim import Nim
 from envs.registry import EnvContext, EnvRegistry, make_env, registry_snapshot
+from sf_core.win_rates import WinRates
 
 CTX = EnvContext(worker_index=-1, env_index=-1, seed=0)
 
@@ -70,3 +71,46 @@ def test_nim_winning_action_is_the_known_solution():
     assert env.winning_action(0) == 0 and env.winning_action(19) in (1, 2) and env.winning_action(16) == 0
     with pytest.raises(ValueError):
         Nim(target=1)
+
+
+# ------------------------------------------------------------------------------------------ win rates
+def test_win_rates_matrix_ties_symmetry_and_ignored_matches():
+    rates = WinRates(num_policies=3)
+    assert rates.matrix() == [[None] * 3] * 3 and rates.mean_win_rate(0) is None
+    for match in [((0, 1), (1.0, -1.0)), ((1, 0), (-1.0, 1.0)), ((1, 0), (1.0, -1.0)), ((0, 1), (0.0, 0.0))]:
+        rates.add(match)
+    rates.add(((0, 1, 2), (1.0, 0.0, -1.0)))  # three agents: no pairwise winner, ignored
+    rates.add(((2, 2), (1.0, -1.0)))  # self-play: the diagonal
+    matrix = rates.matrix()
+    assert matrix[0][1] == pytest.approx(2.5 / 4) and matrix[1][0] == pytest.approx(1.5 / 4)
+    assert matrix[2][2] == 0.5 and matrix[0][2] is None and matrix[0][0] is None
+    assert rates.games() == [[0, 4, 0], [4, 0, 0], [0, 0, 1]]
+    assert rates.mean_win_rate(0) == pytest.approx(0.625) and rates.mean_win_rate(2) is None
+    with pytest.raises(ValueError):
+        rates.add(((0, 3), (1.0, 0.0)))
+
+
+def test_win_rates_keep_a_window_per_pair_and_mean_over_opponents():
+    rates = WinRates(num_policies=3, window=4)
+    for _ in range(10):
+        rates.add(((0, 1), (-1.0, 1.0)))  # old: 0 lost
+    for _ in range(4):
+        rates.add(((1, 0), (-1.0, 1.0)))  # recent: 0 won; the window forgets the losses
+    for _ in range(3):
+        rates.add(((0, 2), (-1.0, 1.0)))
+    assert rates.matrix()[0][1] == 1.0 and rates.games()[0] == [0, 4, 3]
+    assert rates.mean_win_rate(0) == pytest.approx(0.5)  # mean of 1.0 (vs p1) and 0.0 (vs p2)
+    assert rates.mean_win_rate(2) == 1.0
+
+
+def test_win_rates_scalars_and_console_lines():
+    rates = WinRates(num_policies=2)
+    rates.add(((0, 1), (1.0, -1.0)))
+    rates.add(((0, 0), (1.0, -1.0)))
+    assert rates.scalars() == {"policy_0/win_rate/vs_0": 0.5, "policy_0/win_rate/vs_1": 1.0,
+                               "policy_0/win_rate/mean": 1.0, "policy_1/win_rate/vs_0": 0.0,
+                               "policy_1/win_rate/mean": 0.0}
+    lines = rates.console_lines()
+    assert len(lines) == 3 and "p0" in lines[0] and "p1" in lines[0]
+    assert lines[1].split() == ["p0", "50%", "100%", "100%", "2"]
+    assert lines[2].split() == ["p1", "0%", "-", "0%", "1"]
