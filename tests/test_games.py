@@ -1,13 +1,18 @@
-"""Two-player games: the built-in race-to-21 env, and win rates between policies."""
+"""Two-player games: the built-in race-to-21 env, win rates between policies, head-to-head play, and
+(slow) self-play that learns the game well enough to beat a random player."""
+
+import json
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-from envs.multi_agent import is_multi_agent, num_agents
-from envs.nim import Nim
+from envs.multi_agent import MultiAgentEnv, is_multi_agent, num_agents
+from envs.nim import Nim, make_nim
 from envs.registry import EnvContext, EnvRegistry, make_env, registry_snapshot
+from sf_core.head_to_head import play_matches
 from sf_core.win_rates import WinRates
+from tests import launch
 
 CTX = EnvContext(worker_index=-1, env_index=-1, seed=0)
 
@@ -18,6 +23,39 @@ def turn(obs: np.ndarray) -> bool:
 
 def total_of(obs: np.ndarray) -> int:
     return int(np.argmax(obs[:-1]))
+
+
+class PerfectNimPlayer:
+    """Scripted perfect play (Nim.winning_action); any legal move from a lost total."""
+
+    def __init__(self, env: Nim):
+        self.env, self.games = env, 0
+
+    def start_episode(self, agents: int = 1) -> None:
+        self.games += 1
+
+    def act(self, observations, episode) -> list[int]:
+        return [self.env.winning_action(total_of(obs)) or 0 for obs in observations]
+
+
+class FixedOutcome(MultiAgentEnv):
+    """Every game lasts `length` steps and pays `returns` to agents 0 and 1, whoever plays them."""
+
+    def __init__(self, returns=(1.0, -1.0), length: int = 2):
+        self.num_agents, self.returns, self.length, self.t = 2, returns, length, 0
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        return [np.zeros(1, np.float32)] * 2, [{}, {}]
+
+    def step(self, actions):
+        self.t += 1
+        done = self.t == self.length
+        self.t %= self.length
+        rewards = list(self.returns) if done else [0.0, 0.0]
+        return [np.zeros(1, np.float32)] * 2, rewards, [done] * 2, [False] * 2, [{}, {}]
 
 
 # ------------------------------------------------------------------------------------------ the env
@@ -73,6 +111,41 @@ def test_nim_winning_action_is_the_known_solution():
         Nim(target=1)
 
 
+# ------------------------------------------------------------------------------------------ head to head
+def test_perfect_play_beats_random_from_both_seats_and_random_is_even_with_itself():
+    env = make_nim("nim21", None, CTX)
+    perfect = PerfectNimPlayer(env)
+    result = play_matches(env, (perfect, None), games=400, seed=3)
+    assert result["games"] == 400 and result["seats"] == [0, 1] * 200
+    assert result["wins"] + result["losses"] + result["ties"] == 400 and result["ties"] == 0
+    # random beats a perfect player only from the first seat, hitting 6 totals (1 in 729 there)
+    assert result["win_rate"] >= 0.99, result["win_rate"]
+    assert result["wins"] == sum(1 for mine, theirs in result["returns"] if (mine, theirs) == (1.0, -1.0))
+    assert all(7 <= n <= 21 for n in result["lengths"])
+    assert perfect.games == 1 + 400, "a fresh episode state for every game"
+
+    mirrored = play_matches(Nim(), (None, PerfectNimPlayer(env)), games=400, seed=3)
+    assert mirrored["win_rate"] <= 0.01
+    coin = play_matches(Nim(), (None, None), games=2000, seed=8)
+    assert 0.44 <= coin["win_rate"] <= 0.56, coin["win_rate"]
+
+
+def test_seats_alternate_and_ties_count_half():
+    # agent 0 always wins: each player gets that seat in every other game
+    result = play_matches(FixedOutcome((1.0, -1.0)), (None, None), games=9, seed=0)
+    assert (result["wins"], result["losses"], result["ties"]) == (5, 4, 0)
+    assert result["returns"][:2] == [[1.0, -1.0], [-1.0, 1.0]] and result["lengths"] == [2] * 9
+    tied = play_matches(FixedOutcome((0.5, 0.5), length=3), (None, None), games=4, seed=0)
+    assert (tied["ties"], tied["win_rate"]) == (4, 0.5)
+
+
+def test_play_matches_refuses_other_than_two_agents():
+    with pytest.raises(ValueError, match="two-agent"):
+        play_matches(gym.make("CartPole-v1"), (None, None), games=2)
+    with pytest.raises(ValueError, match="at least 1"):
+        play_matches(Nim(), (None, None), games=0)
+
+
 # ------------------------------------------------------------------------------------------ win rates
 def test_win_rates_matrix_ties_symmetry_and_ignored_matches():
     rates = WinRates(num_policies=3)
@@ -114,3 +187,42 @@ def test_win_rates_scalars_and_console_lines():
     assert len(lines) == 3 and "p0" in lines[0] and "p1" in lines[0]
     assert lines[1].split() == ["p0", "50%", "100%", "100%", "2"]
     assert lines[2].split() == ["p1", "0%", "-", "0%", "1"]
+
+
+# ------------------------------------------------------------------------------------------ learning
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_self_play_learns_nim21_beats_random_and_holds_its_own_against_perfect_play(tmp_path):
+    """One policy plays both seats (the nim21 preset: 2 workers, non-batched sampling). Any policy
+    wins about half its games against random play; the trained one must win 90% (perfect play wins
+    all but 1 in 1458), and against a perfect player it must win the games it starts (perfect play
+    against perfect play: half)."""
+    from sf_core.policy import load_checkpoint
+
+    trained = launch.run([f"--train_dir={tmp_path}", "--experiment=nim", "--env=nim21", "--seed=11",
+                          "--train_for_env_steps=300000"], timeout=150)
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+
+    enjoy = launch.run([f"--train_dir={tmp_path}", "--experiment=nim", "--opponent=random",
+                        "--max_num_episodes=200", "--seed=1"], timeout=60, module="sf_core.enjoy")
+    assert enjoy.returncode == 0, enjoy.stderr[-3000:]
+    with open(tmp_path / "nim" / "eval_results.json") as f:
+        results = json.load(f)
+    assert results["opponent"] == "random" and results["wins"] + results["losses"] + results["ties"] == 200
+    assert results["win_rate"] >= 0.9, results["win_rate"]
+    assert "win rate" in enjoy.stderr + enjoy.stdout
+
+    env = Nim()
+    policy = load_checkpoint(str(tmp_path / "nim")).policy(env.observation_space, env.action_space, deterministic=True)
+    against_perfect = play_matches(env, (policy, PerfectNimPlayer(env)), games=200, seed=2)
+    assert against_perfect["win_rate"] >= 0.35, against_perfect["win_rate"]
+
+    # policy 0 of a one-policy run is itself; there is no policy 1
+    mirror = launch.run([f"--train_dir={tmp_path}", "--experiment=nim", "--opponent=0", "--max_num_episodes=100"],
+                        timeout=60, module="sf_core.enjoy")
+    assert mirror.returncode == 0, mirror.stderr[-3000:]
+    with open(tmp_path / "nim" / "eval_results.json") as f:
+        assert 0.3 <= json.load(f)["win_rate"] <= 0.7
+    missing = launch.run([f"--train_dir={tmp_path}", "--experiment=nim", "--opponent=1"], timeout=60,
+                         module="sf_core.enjoy")
+    assert missing.returncode == 2 and "--opponent must be 'random' or a policy index below 1" in missing.stderr
