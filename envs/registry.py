@@ -1,6 +1,7 @@
 """Which function builds an env for a given name.
 
-Users call `register_env(name, factory)`. Names nobody registered go to an integration: `atari_*` names
+Users call `register_env(name, factory)`. Names nobody registered go to a built-in env of this package
+(`BUILTIN_ENVS`: `nim21`, envs/nim.py) or to an integration: `atari_*` names
 and `ALE/...` ids to envs/atari.py (ale-py), `pettingzoo:<module>` names to envs/pettingzoo.py, the
 MuJoCo v5 locomotion ids to envs/mujoco.py (`gymnasium.make`, with a tracking camera when rendering),
 anything else to `gymnasium.make`.
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import gymnasium as gym
 
 from envs.mujoco import is_mujoco_name, make_mujoco_env
+from envs.nim import make_nim
 
 if TYPE_CHECKING:
     from sf_core.config import Config
@@ -45,6 +47,13 @@ class EnvNotFoundError(ValueError):
     pass
 
 
+# Envs this package defines, by name. Looked up after user registrations, so a user may shadow one;
+# module-level factories, so worker processes import them by name like any other module function.
+BUILTIN_ENVS: dict[str, EnvFactory] = {
+    "nim21": make_nim,  # race to 21, a two-player zero-sum game for self-play (envs/nim.py)
+}
+
+
 class EnvRegistry:
     def __init__(self, factories: Mapping[str, EnvFactory] | None = None):
         self.factories: dict[str, UserCode] = {}
@@ -68,6 +77,8 @@ class EnvRegistry:
                 raise ValueError(f"factory registered for {name!r} returned {type(env).__name__}, "
                                  f"not a gymnasium.Env{hint}")
             return env
+        if name in BUILTIN_ENVS:
+            return BUILTIN_ENVS[name](name, cfg, ctx)
         if name.startswith("atari_") or name.startswith("ALE/"):
             return _make_atari(name, cfg, ctx)
         if name.startswith("pettingzoo:"):

@@ -100,10 +100,26 @@ _MUJOCO: dict[str, Any] = {
     "train_for_env_steps": 1_000_000,
 }
 
+# Race to 21 (envs/nim.py), a two-player game learned by self-play: a multi-agent env, so non-batched
+# sampling. A tiny tabular-like problem: a small net and a high learning rate reach perfect play in
+# about 150k frames (docs/environments.md); the preset's 500k leaves margin.
+_NIM: dict[str, Any] = {
+    "batched_sampling": False,
+    "num_envs_per_worker": 32,
+    "worker_num_splits": 1,
+    "rollout": 16,
+    "batch_size": 1024,
+    "num_epochs": 4,
+    "learning_rate": 3e-3,
+    "encoder_mlp_layers": [64],
+    "train_for_env_steps": 500_000,
+}
+
 PRESETS: dict[str, dict[str, Any]] = {
     "CartPole-v1": _CLASSIC_DISCRETE,
     "Acrobot-v1": _CLASSIC_DISCRETE,
     "Pendulum-v1": _PENDULUM,
+    "nim21": _NIM,
     "HalfCheetah-v5": _MUJOCO,
     "Hopper-v5": _MUJOCO,
     "Walker2d-v5": _MUJOCO,

@@ -4,6 +4,8 @@ Loads the experiment's config.json (so the model is rebuilt exactly as trained) 
 (`--checkpoint=latest|best|PATH`), runs `--max_num_episodes` episodes, prints a summary, writes
 `eval_results.json` into the experiment folder, and with `--save_video` an MP4 of rendered frames.
 A multi-agent env plays in self-play, every agent with the policy; each agent's episode counts.
+With `--opponent=random|K` a two-agent game plays the policy against a random player or policy K of
+the same experiment instead, for `--max_num_episodes` games (sf_core/head_to_head.py).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import numpy as np
 from envs.multi_agent import is_multi_agent
 from envs.registry import EnvContext, EnvNotFoundError, registry_snapshot
 from sf_core.cli.train import setup_logging
-from sf_core.config import ConfigError
 from sf_core.arguments import BOOL_EPILOG, _Parser, add_bool_argument
+from sf_core.config import ConfigError
+from sf_core.head_to_head import versus_opponent
 from sf_core.policy import TrainedPolicy, load_checkpoint
 
 log = logging.getLogger("sf_core")
@@ -47,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--video_name", default="replay.mp4", help="Video file name inside the experiment folder.")
     p.add_argument("--fps", type=int, default=30, help="Frames per second of the video.")
     p.add_argument("--device", default="cpu", help="Device for the policy.")
+    p.add_argument("--opponent", default="", help="Two-agent games: play the policy against 'random' (a uniformly "
+                   "random player) or K (policy K of this experiment), seats alternating, for --max_num_episodes "
+                   "games; eval_results.json gets wins, losses, ties and win_rate. Empty: self-play episodes.")
     add_bool_argument(p, "with_wandb", None,
                       "Log the results and video to the experiment's W&B run (default: if it trained with W&B).")
     return p
@@ -61,6 +67,8 @@ def evaluate(args: argparse.Namespace) -> dict:
                                                                     render_mode=render_mode, evaluation=True))
     try:
         policy = loaded.policy(env.observation_space, env.action_space, args.eval_deterministic, args.device)
+        if args.opponent:
+            return versus_opponent(env, policy, loaded, path, args)
         log.info("evaluating %s (policy v%d) on %s for %d episodes", loaded.path, loaded.version, env_name,
                  args.max_num_episodes)
         play = play_multi_agent if is_multi_agent(env) else play_single_agent
