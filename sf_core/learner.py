@@ -162,7 +162,8 @@ class Learner(Component):
         self.weights.publish(slot.module, self.version)
         BATCH_CONSUMED.emit(self, index)
 
-        samples = batch["rewards"].numel()
+        # several policies: a dataset holds rows of other policies too (inactive here), which are not ours
+        samples = batch["rewards"].numel() if self.cfg.num_policies == 1 else int((~batch["inactive"]).sum())
         self.samples_trained += samples
         stats = {k: v for key, d in outputs.items() if key.endswith("_stats") for k, v in d.items()}
         # the graph's statistics are nested: a custom *_stats key cannot overwrite version or samples

@@ -191,38 +191,48 @@ def test_win_rates_scalars_and_console_lines():
 
 # ------------------------------------------------------------------------------------------ learning
 @pytest.mark.slow
-@pytest.mark.timeout(180)
-def test_self_play_learns_nim21_beats_random_and_holds_its_own_against_perfect_play(tmp_path):
-    """One policy plays both seats (the nim21 preset: 2 workers, non-batched sampling). Any policy
-    wins about half its games against random play; the trained one must win 90% (perfect play wins
-    all but 1 in 1458), and against a perfect player it must win the games it starts (perfect play
-    against perfect play: half)."""
+@pytest.mark.timeout(240)
+def test_four_policies_learn_nim21_log_their_win_rates_and_the_best_beats_random_and_holds_against_perfect(tmp_path):
+    """Four policies, agents mapped at random at each game start (the nim21 preset: 2 workers, non-batched
+    sampling). Any policy wins about half its games against random play; the best must win 90% (perfect
+    play wins all but 1 in 1458), and against a perfect player it must win the games it starts (perfect
+    play against perfect play: half)."""
+    from sf_core.cli.plot import read_scalars
     from sf_core.policy import load_checkpoint
 
     trained = launch.run([f"--train_dir={tmp_path}", "--experiment=nim", "--env=nim21", "--seed=11",
-                          "--train_for_env_steps=300000"], timeout=150)
+                          "--num_policies=4", "--train_for_env_steps=400000"], timeout=180)
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    assert "win rate (row vs column)" in trained.stderr + trained.stdout  # the console's closing matrix
+    with open(tmp_path / "nim" / "training_summary.json") as f:
+        summary = json.load(f)
+    games = np.array(summary["games"])
+    assert games.shape == (4, 4) and (games[~np.eye(4, dtype=bool)] > 0).all()  # every pair met
+    rates = np.array(summary["win_rates"], dtype=float)
+    np.testing.assert_allclose(rates + rates.T, 1.0, atol=1e-9)  # zero-sum: i beats j as often as j loses to i
+    assert "policy_0/win_rate/vs_1" in read_scalars(str(tmp_path / "nim")).Tags()["scalars"]  # and in TensorBoard
 
     enjoy = launch.run([f"--train_dir={tmp_path}", "--experiment=nim", "--opponent=random",
                         "--max_num_episodes=200", "--seed=1"], timeout=60, module="sf_core.enjoy")
     assert enjoy.returncode == 0, enjoy.stderr[-3000:]
     with open(tmp_path / "nim" / "eval_results.json") as f:
         results = json.load(f)
+    assert results["policy_index"] == summary["best_policy"]  # the default plays the best
     assert results["opponent"] == "random" and results["wins"] + results["losses"] + results["ties"] == 200
     assert results["win_rate"] >= 0.9, results["win_rate"]
-    assert "win rate" in enjoy.stderr + enjoy.stdout
 
     env = Nim()
-    policy = load_checkpoint(str(tmp_path / "nim")).policy(env.observation_space, env.action_space, deterministic=True)
+    best = load_checkpoint(str(tmp_path / "nim"))
+    policy = best.policy(env.observation_space, env.action_space, deterministic=True)
     against_perfect = play_matches(env, (policy, PerfectNimPlayer(env)), games=200, seed=2)
     assert against_perfect["win_rate"] >= 0.35, against_perfect["win_rate"]
 
-    # policy 0 of a one-policy run is itself; there is no policy 1
-    mirror = launch.run([f"--train_dir={tmp_path}", "--experiment=nim", "--opponent=0", "--max_num_episodes=100"],
-                        timeout=60, module="sf_core.enjoy")
-    assert mirror.returncode == 0, mirror.stderr[-3000:]
+    other = (summary["best_policy"] + 1) % 4
+    rival = launch.run([f"--train_dir={tmp_path}", "--experiment=nim", f"--opponent={other}",
+                        "--max_num_episodes=100"], timeout=60, module="sf_core.enjoy")
+    assert rival.returncode == 0, rival.stderr[-3000:]
     with open(tmp_path / "nim" / "eval_results.json") as f:
-        assert 0.3 <= json.load(f)["win_rate"] <= 0.7
-    missing = launch.run([f"--train_dir={tmp_path}", "--experiment=nim", "--opponent=1"], timeout=60,
+        assert 0.2 <= json.load(f)["win_rate"] <= 0.8  # two trained policies: neither dominates
+    missing = launch.run([f"--train_dir={tmp_path}", "--experiment=nim", "--opponent=4"], timeout=60,
                          module="sf_core.enjoy")
-    assert missing.returncode == 2 and "--opponent must be 'random' or a policy index below 1" in missing.stderr
+    assert missing.returncode == 2 and "--opponent must be 'random' or a policy index below 4" in missing.stderr
