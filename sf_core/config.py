@@ -134,6 +134,12 @@ class Config:
         "of each env draws a policy), spread (env k of E always plays policy k * num_policies // E: contiguous "
         "blocks, so a split serves one policy), or a name registered with "
         "sf_core.policy_mapping.register_policy_mapping. auto: random for multi-agent envs, spread otherwise.")
+    policy_processes: str = flag(
+        "auto", "policies", "Async mode with several policies. own: every inference worker and learner in a process "
+        "of its own. shared: inference worker i of every policy on one event loop in one process, and every learner "
+        "in one process (each policy keeps its own objects, weights, datasets and batcher). auto: shared when own "
+        "would start more processes than there are cores (docs/multi_policy.md has the measurements).",
+        choices=("auto", "own", "shared"))
     policy_hyperparams: list[str] = flag(
         [], "policies", "Per-policy values of numeric learning flags, for ablations on the same samples or a PBT "
         "population's start: K:name=value[,name=value...] per entry, e.g. 1:learning_rate=3e-6 "
@@ -302,6 +308,15 @@ class Config:
         if self.rollout % length or self.batch_size % length:
             raise ConfigError(f"--recurrence={length} must divide --rollout={self.rollout} and --batch_size="
                               f"{self.batch_size}: the learner trains on whole sequences of that length")
+
+    def share_policy_processes(self) -> bool:
+        """--policy_processes resolved: whether the components of several policies share processes."""
+        if self.num_policies == 1 or self.policy_processes == "own":
+            return False
+        if self.policy_processes == "shared":
+            return True
+        own = self.num_workers + self.num_policies * (self.policy_workers_per_policy + 1)
+        return own > (os.cpu_count() or 1)
 
     def policy_overrides(self) -> dict[int, dict[str, float]]:
         """--policy_hyperparams parsed: policy -> {flag: value}."""

@@ -112,12 +112,20 @@ def build_components(setup: Setup, runner: Component) -> Topology:
              f" (× {cfg.num_policies} policies)" if cfg.num_policies > 1 else "", layout.num_slots,
              layout.rollout + 1, layout.rows_per_split)
 
-    def host(name: str) -> tuple[EventLoop, ComponentProcess | None]:
+    shared: dict[str, ComponentProcess] = {}
+
+    def host(name: str, group: str | None = None) -> tuple[EventLoop, ComponentProcess | None]:
+        """The loop `name` runs on: the runner's (serial), its own process's, or that of its group."""
         if cfg.serial_mode:
             return runner.event_loop, None
-        proc = ComponentProcess(f"{name}_proc", ctx, cfg.torch_threads)
+        if group is not None and group in shared:
+            topology.host[name] = shared[group]
+            return shared[group].event_loop, shared[group]
+        proc = ComponentProcess(f"{group or name}_proc", ctx, cfg.torch_threads)
         topology.processes.append(proc)
         topology.host[name] = proc
+        if group is not None:
+            shared[group] = proc
         return proc.event_loop, proc
 
     policies = [_build_policy(setup, p, buffers, layout, topology, control, host, runner, spec)
@@ -142,21 +150,22 @@ def _build_policy(setup: Setup, p: int, buffers: TrajectoryBuffers, layout: Buff
     seed = setup.seed + 1_000_003 * p
     weights = topology.weights[p]
     inference = []
+    share = cfg.share_policy_processes()
     for i in range(cfg.policy_workers_per_policy):
-        loop, proc = host(inference_worker_name(p, i, n))
+        loop, proc = host(inference_worker_name(p, i, n), f"inference_worker_{i}" if share else None)
         inference.append(InferenceWorker(loop, i, cfg, buffers, weights, layout, setup.obs_space, setup.action_space,
                                          spec, setup.device, seed, control, p))
-        if proc:
+        if proc and proc.reporter is None:
             proc.reporter = inference[-1]
     datasets = DatasetBuffers(buffers, cfg.dataset_size() // cfg.rollout)
-    loop, proc = host(learner_name(p, n))
+    loop, proc = host(learner_name(p, n), "learners" if share else None)
     learner = Learner(loop, cfg, datasets, weights, setup.obs_space, setup.action_space, spec, setup.device, seed,
                       setup.checkpoint_dirs[p], setup.resume_from[p], algorithm_builder(cfg.algo), control,
                       p, topology.weights)
     batcher_loop = runner.event_loop if cfg.serial_mode else Routing.use_plain_pickle(EventLoop(f"batcher_loop_{p}"))
     batcher = Batcher(batcher_loop, cfg, buffers, datasets, layout, control, p)
     if proc:
-        proc.reporter = learner
+        proc.reporter = proc.reporter or learner
         proc.threads.append((batcher_loop, batcher))
         topology.host[batcher.name] = proc
     return PolicyComponents(inference, batcher, learner)
