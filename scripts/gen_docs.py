@@ -162,7 +162,7 @@ def _one_line(text: str) -> str:
 def signals_table() -> str:
     rows = ["| signal | from | to | payload | meaning |", "| --- | --- | --- | --- | --- |"]
     for sig in signals.ALL:
-        name = f"{sig.name}_{{w}}" if isinstance(sig, signals.RoutedSignal) else sig.name
+        name = f"{sig.name}_{{{sig.index}}}" if isinstance(sig, signals.RoutedSignal) else sig.name
         params = inspect.signature(sig.payload).parameters.values()
         payload = ", ".join(f"{p.name}: {p.annotation}" for p in params)
         payload = f"`{payload}`" if payload else "none"

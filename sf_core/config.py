@@ -293,11 +293,9 @@ class Config:
             raise ConfigError(f"unknown --algo={self.algo!r}; known: {', '.join(known_algorithms())} "
                               f"(register others with algo.algorithms.register_algorithm)")
         if self.env_service:
-            self._validate_env_service()
-            if self.env_service_timeout >= self.heartbeat_timeout:
-                raise ConfigError(f"--env_service_timeout={self.env_service_timeout:g} must be shorter than "
-                                  f"--heartbeat_timeout={self.heartbeat_timeout:g}: a worker waiting on a server "
-                                  f"that long would be reported as stalled")
+            from sf_core.service.endpoints import check_training_flags
+
+            check_training_flags(self)
 
     def _validate_recurrence(self) -> None:
         if self.recurrence == 0 or self.recurrence < -1:
@@ -345,7 +343,15 @@ class Config:
         return dataclasses.replace(self, **values) if values else self
 
     def _validate_policies(self) -> None:
-        self.policy_overrides()
+        for k, values in self.policy_overrides().items():
+            policy = dataclasses.replace(self, **values)
+            for name in ("gamma", "gae_lambda"):
+                if not 0.0 <= getattr(policy, name) <= 1.0:
+                    raise ConfigError(f"--policy_hyperparams: policy {k}'s {name} must be in [0, 1], got "
+                                      f"{getattr(policy, name)}")
+            if not policy.learning_rate > 0:
+                raise ConfigError(f"--policy_hyperparams: policy {k}'s learning_rate must be positive, got "
+                                  f"{policy.learning_rate}")
         if self.num_policies > 1 and not self.async_rl:
             raise ConfigError("--async_rl=False trains one policy: with several, a trajectory slot holds rows of "
                               "several policies and cannot wait for all of their learners; use --async_rl=True")
@@ -367,19 +373,6 @@ class Config:
         if unknown:
             raise ConfigError(f"--pbt_hyperparams: {', '.join(unknown)} cannot be mutated; choose among the numeric "
                               f"learning flags: {', '.join(sorted(numeric))}")
-
-    def _validate_env_service(self) -> None:
-        from sf_core.service.endpoints import ServiceConfigError, envs_per_worker, parse_service
-
-        try:
-            endpoints = parse_service(self.env_service)
-            share = envs_per_worker(endpoints, self.num_workers)
-        except ServiceConfigError as exc:
-            raise ConfigError(str(exc)) from None
-        if self.num_envs_per_worker != share:  # parse_args sets it; a Config built in Python may not
-            raise ConfigError(f"--num_envs_per_worker={self.num_envs_per_worker} must be each worker's share of "
-                              f"--env_service: {sum(e.capacity for e in endpoints)} slots // "
-                              f"{self.num_workers} workers = {share}")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

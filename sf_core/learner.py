@@ -70,7 +70,7 @@ class Learner(Component):
         self.weights.load_into(model)
         self.version = self.weights.current_version()
         state = checkpoint.load(self.resume_from, map_location=self.device) if self.resume_from else None
-        if state is not None:  # PBT's current values, not the flags'
+        if state is not None and self.cfg.with_pbt:  # PBT's current values; otherwise the flags decide
             self.hyperparams.update(state.get("hyperparams", {}))
         # fused: one kernel for all parameters instead of a dozen tensor ops per parameter (docs/performance.md)
         fused = torch.device(self.device).type in ("cpu", "cuda")
@@ -122,7 +122,9 @@ class Learner(Component):
     def _learning_rate(self) -> float:
         lr = self.hyperparams["learning_rate"]
         if self.cfg.lr_schedule == "linear_decay":
-            progress = self.samples_trained * self.cfg.env_frameskip / self.cfg.train_for_env_steps
+            # each of several policies trains on its share of the run's frames
+            progress = (self.samples_trained * self.cfg.env_frameskip * self.cfg.num_policies
+                        / self.cfg.train_for_env_steps)
             return lr * max(0.0, 1.0 - progress)
         return lr
 

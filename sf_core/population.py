@@ -11,7 +11,7 @@ import logging
 import os
 
 from sf_core import checkpoint
-from sf_core.config import Config
+from sf_core.config import Config, ConfigError
 from sf_core.stats import TrainingStats
 
 log = logging.getLogger("sf_core")
@@ -27,13 +27,36 @@ class Population:
         self.pbt = None  # PopulationBasedTraining, made by start_pbt
 
     # ---------------------------------------------------------------- resume
+    def check(self, agents_per_env: int) -> None:
+        """Flags that would leave a policy without samples, or PBT without an objective, fail here."""
+        cfg = self.cfg
+        spread = cfg.policy_mapping == "spread" or (cfg.policy_mapping == "auto" and agents_per_env == 1)
+        envs = cfg.num_workers * cfg.num_envs_per_worker
+        if cfg.num_policies > 1 and spread and envs < cfg.num_policies:
+            raise ConfigError(f"--num_policies={cfg.num_policies} with the spread mapping needs at least as many envs, "
+                              f"got {envs} (--num_workers × --num_envs_per_worker): some policies would never play")
+        if cfg.with_pbt and cfg.pbt_target_objective == "win_rate" and agents_per_env != 2:
+            raise ConfigError(f"--pbt_target_objective=win_rate ranks policies by their 2-player matches, but the env "
+                              f"has {agents_per_env} agent(s)")
+
     def find_checkpoints(self) -> None:
         """Each policy's latest checkpoint, loaded (a policy without one starts afresh)."""
+        self._check_layout()
         self.resume_from = [checkpoint.latest_checkpoint(d) for d in self.dirs]
         self.states = [checkpoint.load(path) if path else None for path in self.resume_from]
         missing = [p for p, state in enumerate(self.states) if state is None]
         if self.states[0] is not None and missing:
             log.warning("policies %s have no checkpoint to resume from: they start afresh", missing)
+
+    def _check_layout(self) -> None:
+        """An experiment keeps the number of policies it started with."""
+        n = self.cfg.num_policies
+        other = (checkpoint.checkpoint_dir(self.experiment_path, 0, 2) if n == 1
+                 else checkpoint.checkpoint_dir(self.experiment_path))
+        if checkpoint.latest_checkpoint(other) is not None:
+            trained = "several policies" if n == 1 else "one policy"
+            raise ConfigError(f"{self.experiment_path} trained {trained} ({other}) and cannot resume with "
+                              f"--num_policies={n}: start another experiment, or --restart_behavior=restart")
 
     @property
     def resumed(self) -> dict | None:
@@ -76,7 +99,10 @@ class Population:
         from sf_core.pbt import PopulationBasedTraining
 
         state = self.resumed.get("pbt") if self.resumed else None
-        self.pbt = PopulationBasedTraining(self.cfg, seed, os.path.join(self.experiment_path, "pbt.jsonl"), state)
+        try:
+            self.pbt = PopulationBasedTraining(self.cfg, seed, os.path.join(self.experiment_path, "pbt.jsonl"), state)
+        except ValueError as exc:  # a saved population of another size
+            raise ConfigError(f"--with_pbt cannot resume this experiment's population: {exc}") from None
 
     def pbt_step(self, stats: TrainingStats) -> list:
         """PBT's replacements due now (each policy's frames are the samples its learner trained on)."""
@@ -88,4 +114,6 @@ class Population:
         for r in replacements:  # its recent returns were the replaced weights'
             stats.policies[r.policy].returns.clear()
             stats.policies[r.policy].objectives.clear()
+            if stats.win_rates is not None:
+                stats.win_rates.forget(r.policy)
         return replacements

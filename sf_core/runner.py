@@ -96,8 +96,10 @@ class Runner(Component):
         build_graph(algorithm_builder(cfg.algo)(LearningParams.from_config(cfg)).nodes, BATCH_KEYS)
         obs_space, action_space, agents_per_env = probe_spaces(cfg, self.registry, self.seed)
         population = self.population
+        population.check(agents_per_env)
         if cfg.restart_behavior == "resume" or resume:
             population.find_checkpoints()
+        population.start_pbt(self.seed)
         states = population.states
         if self.resumed is not None:
             log.info("resuming from %s (policy v%d, %s env frames)", population.resume_from[0], states[0]["version"],
@@ -176,7 +178,6 @@ class Runner(Component):
                 writer = wandb_logging.WandbWriter(writer, wandb_logging.init_run(self.cfg, self.experiment.path))
             self._stats = TrainingStats(self.cfg.stats_window, writer, self.launched, counts, n)
             self.population.restore(self.stats)
-            self.population.start_pbt(self.seed)
             self.progress = Progress(self.cfg, self.launched)
         self.last_summary = self.last_console = self.last_save = time.time()
 

@@ -50,6 +50,10 @@ class RoutedSignal(Signal[P]):
     """A signal with one name per receiver index (a rollout worker's, or a policy's): a signal reaches every
     connected slot, and only rollout worker w, or the components of policy p, may act on what is meant for it."""
 
+    def __init__(self, name: str, payload: Callable[P, None], sender: str, receiver: str, index: str = "w"):
+        super().__init__(name, payload, sender, receiver)
+        self.index = index  # what the route's number counts: "w" a rollout worker, "p" a policy
+
     def route(self, index: int) -> str:
         return f"{self.name}_{index}"
 
@@ -126,7 +130,8 @@ def _policy_request(worker: int, split: int, slot: int, row: int, origin: int, h
 
 
 POLICY_REQUEST = RoutedSignal("policy_request", _policy_request, "rollout worker",
-                              "an inference worker of policy p (each policy acting on the row, or valuing a cut episode)")
+                              "an inference worker of policy p (each policy acting on the row, or valuing a cut "
+                              "episode)", "p")
 
 
 def _flush_requests() -> None:
@@ -150,7 +155,7 @@ def _new_trajectories(slot: int) -> None:
 
 
 NEW_TRAJECTORIES = RoutedSignal("new_trajectories", _new_trajectories, "rollout worker",
-                                "the batcher of each policy with samples in the slot")
+                                "the batcher of each policy with samples in the slot", "p")
 
 
 def _batch_ready(index: int) -> None:
@@ -180,7 +185,7 @@ def _save_checkpoint(runner_state: dict, is_best: bool) -> None:
     and at every stop)."""
 
 
-SAVE_CHECKPOINT = RoutedSignal("save_checkpoint", _save_checkpoint, "runner", "the learner of policy p")
+SAVE_CHECKPOINT = RoutedSignal("save_checkpoint", _save_checkpoint, "runner", "the learner of policy p", "p")
 
 
 def _pbt_replace(source: int, hyperparams: dict) -> None:
@@ -188,7 +193,7 @@ def _pbt_replace(source: int, hyperparams: dict) -> None:
     hyperparameters, and publish them as the next version (sf_core/pbt.py decides)."""
 
 
-PBT_REPLACE = RoutedSignal("pbt_replace", _pbt_replace, "runner", "the learner of policy p")
+PBT_REPLACE = RoutedSignal("pbt_replace", _pbt_replace, "runner", "the learner of policy p", "p")
 
 
 def _checkpoint_saved(path: str) -> None:

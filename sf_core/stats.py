@@ -97,7 +97,8 @@ class TrainingStats:
             policy.samples_trained += report.samples
             policy.version, policy.learner = report.version, report.stats
             self.policy_version = max(p.version for p in self.policies)
-            self.learner = report.stats
+            if len(self.policies) == 1:  # several: each policy's are in its own section
+                self.learner = report.stats
         else:
             raise TypeError(f"unknown report {report!r}")
 
@@ -317,7 +318,8 @@ class TrainingStats:
         return f"busy: {shares} -> bottleneck: {names[kind]}"
 
     def console_line(self) -> str:
-        lag = self.learner.get("policy_lag_mean", float("nan"))
+        lags = [p.learner["policy_lag_mean"] for p in self.policies if "policy_lag_mean" in p.learner]
+        lag = float(np.mean(lags)) if lags else float("nan")
         ret = f"{self.mean_return():.1f}" if self.returns else "n/a"
         line = (f"[{self.elapsed():6.1f}s] frames {self.frames:,} | fps {self.fps():,.0f} | "
                 f"return {ret} (last {len(self.returns)} of {self.num_episodes} episodes) | "

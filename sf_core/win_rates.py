@@ -43,6 +43,11 @@ class WinRates:
         queue = self._scores.setdefault((a, b), deque(maxlen=self.window))
         queue.append(score_a)
 
+    def forget(self, policy: int) -> None:
+        """Drop every match `policy` played (PBT replaced its weights: those games were another player's)."""
+        for pair in [pair for pair in self._scores if policy in pair]:
+            del self._scores[pair]
+
     def _pair(self, row: int, col: int) -> tuple[float, int]:
         """(summed score of `row` against `col`, games) over the window."""
         if row <= col:

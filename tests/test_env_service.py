@@ -284,7 +284,7 @@ def test_failed_slot_drops_the_unfinished_trajectory_and_the_split_waits_for_a_s
         sent, reports = [], []
 
         def emit(name, *args):
-            if name == NEW_TRAJECTORIES.name:  # what the batcher would copy for the learner: the slot's tags
+            if name == NEW_TRAJECTORIES.route(0):  # what the batcher of policy 0 would copy for the learner: the slot's tags
                 sent.append(set(buffers["obs"][args[0], :, 0, 4].tolist()))
                 worker.slots_freed([args[0]])
             elif name == REPORT.name:

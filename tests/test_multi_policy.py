@@ -54,6 +54,20 @@ def test_flags_of_several_policies_are_checked():
     assert cfg.policy_config(1).learning_rate == 1e-5 and cfg.policy_config(0).learning_rate == cfg.learning_rate
 
 
+def test_a_run_that_would_starve_a_policy_or_pbt_or_change_its_population_fails_before_starting(tmp_path, capsys):
+    code, _ = train(tmp_path, "--env=CartPole-v1", "--num_policies=4", "--num_workers=1", "--num_envs_per_worker=2",
+                    "--worker_num_splits=1")
+    assert code == 1 and "some policies would never play" in capsys.readouterr().err
+    code, _ = train(tmp_path, "--env=CartPole-v1", "--num_policies=2", "--with_pbt", "--pbt_target_objective=win_rate")
+    assert code == 1 and "the env has 1 agent(s)" in capsys.readouterr().err
+
+    from sf_core import checkpoint
+
+    checkpoint.save(checkpoint.checkpoint_dir(str(tmp_path / "exp")), {"version": 1, "runner": {"frames": 10}}, 1, False)
+    code, _ = train(tmp_path, "--env=CartPole-v1", "--num_policies=2")
+    assert code == 1 and "trained one policy" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------------------------------ samples per policy
 class TaggedCartPole(gym.Wrapper):
     """CartPole whose observation carries the policy the test's mapping gives its current episode, so the
@@ -229,3 +243,22 @@ def test_kill_9_then_rerun_resumes_every_policy_with_its_own_counters_and_pbt_hy
     resumed = checkpoint.load(checkpoint.latest_checkpoint(dirs[1]))
     assert resumed["hyperparams"]["learning_rate"] == pytest.approx(lr)  # PBT's value, not --policy_hyperparams'
     assert summary["policies"][1]["final_learner_stats"]["learning_rate"] == pytest.approx(lr)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_two_recurrent_policies_learn_the_memory_task_while_every_episode_switches_policy(tmp_path):
+    """Episodes of 6 steps in rollouts of 16, each episode played by the other policy than the env's
+    previous one: every trajectory crosses policies, and each learner unrolls its core only through its
+    own episodes (others' rows inactive, the state zeroed at each episode start). Remembering the cue is
+    the only way past 0.25."""
+    from tests.test_recurrent import MEMORY
+
+    register_policy_mapping("test_alternate", alternate)
+    flags = [f for f in MEMORY if not f.startswith(("--train_for_env_steps", "--train_for_seconds"))]
+    code, summary = train(tmp_path, *flags, "--serial_mode=True", "--use_rnn=True", "--num_policies=2",
+                          "--policy_mapping=test_alternate", "--train_for_env_steps=400000",
+                          "--train_for_seconds=200")
+    assert code == 0, summary.get("error")
+    assert summary["time_to_target"] is not None, summary  # --target_mean_return: every policy's
+    assert min(p["mean_return"] for p in summary["policies"]) >= 0.85, summary["policies"]

@@ -204,3 +204,23 @@ def check_training_endpoints(endpoints: list[Endpoint], env: str, timeout: float
         elif spaces != (reference["observation_space"], reference["action_space"]):
             raise ServiceConfigError(f"{e.address} serves {env} with other spaces than {endpoints[0].address}")
     return reference
+
+
+def check_training_flags(cfg) -> None:
+    """The trainer's --env_service flags (a `Config`): the endpoints parse, each worker's share of their
+    slots is --num_envs_per_worker, and a server may not take as long as a heartbeat."""
+    from sf_core.config import ConfigError
+
+    try:
+        endpoints = parse_service(cfg.env_service)
+        share = envs_per_worker(endpoints, cfg.num_workers)
+    except ServiceConfigError as exc:
+        raise ConfigError(str(exc)) from None
+    if cfg.num_envs_per_worker != share:  # parse_args sets it; a Config built in Python may not
+        raise ConfigError(f"--num_envs_per_worker={cfg.num_envs_per_worker} must be each worker's share of "
+                          f"--env_service: {sum(e.capacity for e in endpoints)} slots // "
+                          f"{cfg.num_workers} workers = {share}")
+    if cfg.env_service_timeout >= cfg.heartbeat_timeout:
+        raise ConfigError(f"--env_service_timeout={cfg.env_service_timeout:g} must be shorter than "
+                          f"--heartbeat_timeout={cfg.heartbeat_timeout:g}: a worker waiting on a server "
+                          f"that long would be reported as stalled")
