@@ -138,6 +138,9 @@ def build_components(setup: Setup, runner: Component) -> Topology:
                                      mapping))
         if proc:
             proc.reporter = workers[-1]
+    # started in this order, as before several policies existed: inference, rollout workers, learners
+    order = ("inference_worker", "rollout_worker")
+    topology.processes.sort(key=lambda proc: next((k for k, kind in enumerate(order) if proc.name.startswith(kind)), 2))
     topology.components = [*workers, *(c for pc in policies for c in (*pc.inference, pc.learner, pc.batcher))]
     topology.learners = [pc.learner for pc in policies]
     _connect(runner, topology.components, workers, policies)
