@@ -13,8 +13,8 @@ their final observation (`trunc_values`), which the learner bootstraps from.
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
@@ -32,40 +32,51 @@ from signal_slot.signal_slot import EventLoop, Timer
 Request = tuple[int, int, int, int, int, bool]  # policy_request's payload (sf_core/signals.py)
 
 
-@dataclass
 class Rows:
     """The buffer rows one forward pass acts on, as numpy index tuples. One policy: every env row of each
-    request (`lead` = [requests, rows per split]). Several: only the rows this policy acts for (`lead` =
-    [rows]), each addressed by (slot, row, env row)."""
+    request (`lead` = [requests, rows per split]), indexed by (slot, row). Several: only the rows this policy
+    acts for (`lead` = [rows]), each indexed by (slot, row, env row). What only a recurrent core needs is
+    computed when asked (a feed-forward policy's flush pays for two index arrays)."""
 
-    at: tuple  # this row of each trajectory
-    at_previous: tuple  # the row before it (row -1 of a row 0 is masked out by `stepped`)
-    at_row0: tuple  # row 0 of the same slot (a carried row's recorded state)
-    at_split: tuple  # the env row in per-split tensors (rnn_latest)
-    stepped: np.ndarray  # the row follows a step (RowOrigin.AFTER_STEP), broadcastable to `lead`
-    carried: np.ndarray  # the row was carried from the previous slot
-    lead: tuple[int, ...]
+    def __init__(self, requests: list[Request], layout: BufferLayout, policy_id: np.ndarray, policy: int,
+                 num_policies: int):
+        n = len(requests)
+        self.requests, self.layout = requests, layout
+        self.slots = np.fromiter((r[2] for r in requests), dtype=np.int64, count=n)
+        self.rows = np.fromiter((r[3] for r in requests), dtype=np.int64, count=n)
+        self.req: np.ndarray | None = None  # which request each selected row belongs to (several policies)
+        self.env: np.ndarray | None = None
+        if num_policies == 1:  # the fast path: whole splits
+            self.lead: tuple[int, ...] = (n, layout.rows_per_split)
+        else:
+            self.req, self.env = np.nonzero(policy_id[self.slots, self.rows] == policy)
+            self.lead = (len(self.req),)
+        self.at = self.index(self.slots, self.rows)  # this row of each trajectory
 
     @property
     def count(self) -> int:
-        return int(np.prod(self.lead))
+        return math.prod(self.lead)
 
-    @classmethod
-    def of(cls, requests: list[Request], layout: BufferLayout, policy_id: np.ndarray, policy: int,
-           num_policies: int) -> "Rows":
-        n = len(requests)
-        slots = np.fromiter((r[2] for r in requests), dtype=np.int64, count=n)
-        rows = np.fromiter((r[3] for r in requests), dtype=np.int64, count=n)
-        origins = np.fromiter((r[4] for r in requests), dtype=np.int64, count=n)
-        splits = np.fromiter((layout.split_index(r[0], r[1]) for r in requests), dtype=np.int64, count=n)
-        stepped, carried = origins == RowOrigin.AFTER_STEP, origins == RowOrigin.CARRIED
-        if num_policies == 1:  # the fast path: whole splits, indexed by (slot, row)
-            return cls((slots, rows), (slots, rows - 1), (slots, 0), (splits,), stepped[:, None], carried[:, None],
-                       (n, layout.rows_per_split))
-        req, env = np.nonzero(policy_id[slots, rows] == policy)
-        s, r = slots[req], rows[req]
-        return cls((s, r, env), (s, r - 1, env), (s, 0, env), (splits[req], env), stepped[req], carried[req],
-                   (len(req),))
+    def index(self, slots: np.ndarray, rows: np.ndarray | int) -> tuple:
+        """Index into a [slot, row, env row, ...] buffer for the selected rows."""
+        if self.req is None:
+            return slots, rows
+        return slots[self.req], rows if isinstance(rows, int) else rows[self.req], self.env
+
+    def per_request(self, values: np.ndarray) -> np.ndarray:
+        """A value per request, broadcastable to `lead`."""
+        return values[:, None] if self.req is None else values[self.req]
+
+    def recurrent(self) -> tuple[tuple, tuple, tuple, np.ndarray, np.ndarray]:
+        """(previous row, row 0 of the slot, the env row in per-split tensors, stepped, carried): a row after
+        a step keeps its env's state unless an episode ended on the previous row (row -1 of a row 0 is masked
+        by `stepped`); a carried row acts with its recorded state."""
+        n = len(self.requests)
+        origins = np.fromiter((r[4] for r in self.requests), dtype=np.int64, count=n)
+        splits = np.fromiter((self.layout.split_index(r[0], r[1]) for r in self.requests), dtype=np.int64, count=n)
+        at_split = (splits,) if self.req is None else (splits[self.req], self.env)
+        return (self.index(self.slots, self.rows - 1), self.index(self.slots, 0), at_split,
+                self.per_request(origins == RowOrigin.AFTER_STEP), self.per_request(origins == RowOrigin.CARRIED))
 
 
 REPORT_INTERVAL_SEC = 1.0
@@ -122,8 +133,7 @@ class InferenceWorker(Component):
         with torch.no_grad():
             # values of cut episodes first: with a recurrent core they need each env's state before this step
             self._truncation_values([r for r in requests if r[5]])
-            rows = Rows.of(requests, self.layout, self.views["policy_id"], self.policy_index,
-                           self.cfg.num_policies)
+            rows = Rows(requests, self.layout, self.views["policy_id"], self.policy_index, self.cfg.num_policies)
             if rows.count:
                 self._act(rows)
 
@@ -168,16 +178,17 @@ class InferenceWorker(Component):
         the env's latest, zeroed where an episode ended on the previous row. Records the state used (the
         learner unrolls from it) and keeps the new one."""
         views = self.views
-        latest = views["rnn_latest"][rows.at_split]  # after each env's previous observation
-        ends = views["dones"][rows.at_previous] | views["truncated"][rows.at_previous]  # row -1: masked below
-        state_in = latest * (~ends & rows.stepped)[..., None]
-        if rows.carried.any():
-            state_in = np.where(rows.carried[..., None], views["rnn_states"][rows.at_row0], state_in)
+        at_previous, at_row0, at_split, stepped, carried = rows.recurrent()
+        latest = views["rnn_latest"][at_split]  # after each env's previous observation
+        ends = views["dones"][at_previous] | views["truncated"][at_previous]
+        state_in = latest * (~ends & stepped)[..., None]
+        if carried.any():
+            state_in = np.where(carried[..., None], views["rnn_states"][at_row0], state_in)
         views["rnn_states"][rows.at] = state_in
         with self.precision():
             params, values, state_out = self.policy.step(obs, torch.from_numpy(state_in).reshape(
                 -1, state_in.shape[-1]).to(self.device))
-        views["rnn_latest"][rows.at_split] = state_out.float().cpu().numpy().reshape(latest.shape)
+        views["rnn_latest"][at_split] = state_out.float().cpu().numpy().reshape(latest.shape)
         return params, values
 
     def _truncation_values(self, requests: list[Request]) -> None:
