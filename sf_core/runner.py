@@ -24,7 +24,7 @@ from algo.graph import build_graph
 from algo.model import has_fast_bfloat16
 from algo.params import LearningParams
 from envs.registry import EnvRegistry, registry_snapshot
-from sf_core import checkpoint, wandb_logging
+from sf_core import wandb_logging
 from sf_core.component import Component, ComponentError, Routing, guarded, reuse_freed_memory, start_loop_watchdog
 from sf_core.config import Config, ConfigError
 from sf_core.experiment import Experiment
