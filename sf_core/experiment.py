@@ -25,6 +25,19 @@ def load_config(path: str) -> Config:
     return Config(**{k: v for k, v in saved.items() if k in known})
 
 
+def write_eval_results(experiment_path: str, results: dict, cfg: Config, with_wandb: bool | None) -> None:
+    """eval_results.json in the experiment folder, written atomically; also to the run's W&B run when asked
+    (`with_wandb` None: if the experiment trained with W&B)."""
+    tmp = os.path.join(experiment_path, "eval_results.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(results, f, indent=2)
+    os.replace(tmp, os.path.join(experiment_path, "eval_results.json"))
+    if cfg.with_wandb if with_wandb is None else with_wandb:
+        from sf_core.wandb_logging import log_evaluation  # wandb is an optional extra
+
+        log_evaluation(cfg, experiment_path, results)
+
+
 class Experiment:
     def __init__(self, cfg: Config):
         self.cfg = cfg

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import logging
-import os
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -27,6 +25,7 @@ import numpy as np
 
 from envs.multi_agent import num_agents
 from sf_core.config import ConfigError
+from sf_core.experiment import write_eval_results
 from sf_core.policy import PolicyCheckpoint, TrainedPolicy, load_checkpoint
 
 log = logging.getLogger("sf_core")
@@ -140,12 +139,5 @@ def versus_opponent(env: gym.Env, policy: TrainedPolicy, loaded: PolicyCheckpoin
                "deterministic": bool(args.eval_deterministic)}
     log.info("against %s: %d wins, %d losses, %d ties in %d games: win rate %.3f", args.opponent, played["wins"],
              played["losses"], played["ties"], played["games"], played["win_rate"])
-    tmp = os.path.join(experiment_path, "eval_results.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(results, f, indent=2)
-    os.replace(tmp, os.path.join(experiment_path, "eval_results.json"))
-    if loaded.cfg.with_wandb if args.with_wandb is None else args.with_wandb:
-        from sf_core.wandb_logging import log_evaluation  # wandb is an optional extra
-
-        log_evaluation(loaded.cfg, experiment_path, results)
+    write_eval_results(experiment_path, results, loaded.cfg, args.with_wandb)
     return results

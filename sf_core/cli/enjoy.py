@@ -11,7 +11,6 @@ the same experiment instead, for `--max_num_episodes` games (sf_core/head_to_hea
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -25,6 +24,7 @@ from envs.registry import EnvContext, EnvNotFoundError, registry_snapshot
 from sf_core.cli.train import setup_logging
 from sf_core.arguments import BOOL_EPILOG, _Parser, add_bool_argument
 from sf_core.config import ConfigError
+from sf_core.experiment import write_eval_results
 from sf_core.head_to_head import versus_opponent
 from sf_core.policy import TrainedPolicy, load_checkpoint
 
@@ -86,14 +86,7 @@ def evaluate(args: argparse.Namespace) -> dict:
         results["agents"] = agents  # which agent of the env played each episode
     if args.save_video:
         results["video"] = write_video(os.path.join(path, args.video_name), frames, args.fps)
-    tmp = os.path.join(path, "eval_results.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(results, f, indent=2)
-    os.replace(tmp, os.path.join(path, "eval_results.json"))
-    if loaded.cfg.with_wandb if args.with_wandb is None else args.with_wandb:
-        from sf_core.wandb_logging import log_evaluation
-
-        log_evaluation(loaded.cfg, path, results)
+    write_eval_results(path, results, loaded.cfg, args.with_wandb)
     return results
 
 
