@@ -318,7 +318,7 @@ class Config:
 
     def policy_overrides(self) -> dict[int, dict[str, float]]:
         """--policy_hyperparams parsed: policy -> {flag: value}."""
-        numeric = {f.name for f in dataclasses.fields(self) if f.metadata["group"] == "learning" and f.type == "float"}
+        numeric = NUMERIC_LEARNING_FLAGS
         found: dict[int, dict[str, float]] = {}
         for entry in self.policy_hyperparams:
             policy, _, assignments = entry.partition(":")
@@ -330,7 +330,7 @@ class Config:
                 raise ConfigError(f"--policy_hyperparams: {entry!r} is not K:name=value[,name=value...]") from None
             if not 0 <= k < self.num_policies:
                 raise ConfigError(f"--policy_hyperparams: policy {k} does not exist (--num_policies={self.num_policies})")
-            unknown = sorted(set(values) - numeric)
+            unknown = sorted(set(values) - set(numeric))
             if unknown:
                 raise ConfigError(f"--policy_hyperparams: {', '.join(unknown)} is not a numeric learning flag; "
                                   f"choose among {', '.join(sorted(numeric))}")
@@ -368,7 +368,7 @@ class Config:
                               f"{self.pbt_perturb_min}, {self.pbt_perturb_max}")
         if self.pbt_period_env_steps < 1:
             raise ConfigError(f"--pbt_period_env_steps must be at least 1, got {self.pbt_period_env_steps}")
-        numeric = {f.name for f in dataclasses.fields(self) if f.metadata["group"] == "learning" and f.type == "float"}
+        numeric = NUMERIC_LEARNING_FLAGS
         unknown = [name for name in self.pbt_hyperparams if name not in numeric]
         if unknown:
             raise ConfigError(f"--pbt_hyperparams: {', '.join(unknown)} cannot be mutated; choose among the numeric "
@@ -386,3 +386,6 @@ def default(name: str) -> Any:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+# what --policy_hyperparams sets per policy and PBT copies and mutates
+NUMERIC_LEARNING_FLAGS = tuple(f.name for f in dataclasses.fields(Config)
+                               if f.metadata["group"] == "learning" and f.type == "float")

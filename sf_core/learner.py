@@ -25,7 +25,7 @@ from algo.params import LearningParams
 from sf_core import checkpoint
 from sf_core.buffers import DatasetBuffers, SharedWeights
 from sf_core.component import Component, guarded
-from sf_core.config import Config
+from sf_core.config import NUMERIC_LEARNING_FLAGS, Config
 from sf_core.control import ControlBlock
 from sf_core.sample import BATCH_KEYS
 from sf_core.signals import BATCH_CONSUMED, CHECKPOINT_SAVED, REPORT, LearnerReport
@@ -37,9 +37,8 @@ def learner_name(policy: int, num_policies: int) -> str:
 
 
 def hyperparams_of(cfg: Config) -> dict[str, float]:
-    """The numeric learning flags: what --policy_hyperparams sets per policy and PBT copies and mutates."""
-    return {f.name: float(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
-            if f.metadata["group"] == "learning" and f.type == "float"}
+    """The values of the numeric learning flags: what --policy_hyperparams sets and PBT copies and mutates."""
+    return {name: float(getattr(cfg, name)) for name in NUMERIC_LEARNING_FLAGS}
 
 
 class Learner(Component):
