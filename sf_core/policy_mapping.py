@@ -53,13 +53,19 @@ def resolve(name: str) -> PolicyMapping | str:
     return _MAPPINGS[name]
 
 
+def built_in(mapping: PolicyMapping | str, multi_agent: bool) -> PolicyMapping | str:
+    """`auto` resolved: random for multi-agent envs, spread otherwise; anything else as given."""
+    if mapping == "auto":
+        return "random" if multi_agent else "spread"
+    return mapping
+
+
 class AgentPolicies:
     """The mapping as a split runner uses it: the policy of each of its rows, redrawn at episode starts."""
 
     def __init__(self, mapping: PolicyMapping | str, num_policies: int, total_envs: int, multi_agent: bool,
                  seed: int):
-        if mapping == "auto":
-            mapping = "random" if multi_agent else "spread"
+        mapping = built_in(mapping, multi_agent)
         self.num_policies, self.total_envs = num_policies, total_envs
         self.rng = random.Random(seed)
         self.fn: PolicyMapping

@@ -12,6 +12,7 @@ import os
 
 from sf_core import checkpoint
 from sf_core.config import Config, ConfigError
+from sf_core.policy_mapping import built_in
 from sf_core.stats import TrainingStats
 
 log = logging.getLogger("sf_core")
@@ -30,7 +31,7 @@ class Population:
     def check(self, agents_per_env: int) -> None:
         """Flags that would leave a policy without samples, or PBT without an objective, fail here."""
         cfg = self.cfg
-        spread = cfg.policy_mapping == "spread" or (cfg.policy_mapping == "auto" and agents_per_env == 1)
+        spread = built_in(cfg.policy_mapping, agents_per_env > 1) == "spread"
         envs = cfg.num_workers * cfg.num_envs_per_worker
         if cfg.num_policies > 1 and spread and envs < cfg.num_policies:
             raise ConfigError(f"--num_policies={cfg.num_policies} with the spread mapping needs at least as many envs, "
