@@ -27,6 +27,24 @@ def read_summary(train_dir, experiment: str = "exp") -> dict:
         return json.load(f)
 
 
+def kill_9_once(args: list[str], ready, timeout: float, what: str) -> None:
+    """Start `python -m sf_core.train ARGS`, wait until `ready()`, kill -9 the trainer (no chance to save
+    anything) and check that none of its component processes outlives it."""
+    import psutil
+
+    proc = launch.start(args)
+    try:
+        wait_for(ready, timeout, what)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _, alive = psutil.wait_procs(children, timeout=8)
+    assert not alive, "component processes outlived a killed trainer"
+
+
 def wait_for(predicate, timeout, what):
     deadline = time.time() + timeout
     while time.time() < deadline:

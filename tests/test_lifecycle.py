@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from sf_core import checkpoint
-from tests.helpers import read_summary, train, wait_for
+from tests.helpers import kill_9_once, read_summary, train
 from tests import launch
 
 
@@ -47,17 +47,8 @@ def test_kill_9_then_rerun_resumes_from_last_checkpoint(tmp_path):
     args = ["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--experiment=run",
             "--save_every_sec=1", "--experiment_summaries_interval=0.5", "--seed=7"]
     ckpt_dir = tmp_path / "run" / "checkpoint"
-    proc = launch.start(args + ["--train_for_env_steps=10000000"])
-    try:
-        wait_for(lambda: len(checkpoint.list_checkpoints(str(ckpt_dir))) >= 2, 60, "two checkpoints")
-        children = psutil.Process(proc.pid).children(recursive=True)
-        proc.kill()  # kill -9: no chance to save anything
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    _, alive = psutil.wait_procs(children, timeout=8)
-    assert not alive, "component processes outlived a killed trainer"
+    kill_9_once(args + ["--train_for_env_steps=10000000"],
+                lambda: len(checkpoint.list_checkpoints(str(ckpt_dir))) >= 2, 60, "two checkpoints")
 
     last = checkpoint.latest_checkpoint(str(ckpt_dir))
     saved = checkpoint.load(last)

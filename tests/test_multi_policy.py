@@ -201,11 +201,9 @@ def test_pbt_replaces_the_policies_with_a_bad_learning_rate_and_without_it_they_
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_kill_9_then_rerun_resumes_every_policy_with_its_own_counters_and_pbt_hyperparams(tmp_path):
-    import psutil
-
     from sf_core import checkpoint
     from tests import launch
-    from tests.helpers import read_summary, wait_for
+    from tests.helpers import kill_9_once, read_summary
 
     args = ["--env=CartPole-v1", "--num_policies=2", "--num_workers=2", f"--train_dir={tmp_path}",
             "--experiment=run", "--save_every_sec=1", "--seed=5", "--with_pbt", "--pbt_period_env_steps=20000",
@@ -217,17 +215,8 @@ def test_kill_9_then_rerun_resumes_every_policy_with_its_own_counters_and_pbt_hy
         last = checkpoint.latest_checkpoint(dirs[1])
         return events.exists() and last is not None and checkpoint.load(last)["hyperparams"]["learning_rate"] > 1e-5
 
-    proc = launch.start(args + ["--train_for_env_steps=10000000"])
-    try:
-        wait_for(replaced_and_saved, 120, "a PBT replacement of policy 1 and a checkpoint after it")
-        children = psutil.Process(proc.pid).children(recursive=True)
-        proc.kill()  # kill -9
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    _, alive = psutil.wait_procs(children, timeout=8)
-    assert not alive, "component processes outlived a killed trainer"
+    kill_9_once(args + ["--train_for_env_steps=10000000"], replaced_and_saved, 120,
+                "a PBT replacement of policy 1 and a checkpoint after it")
 
     saved = [checkpoint.load(checkpoint.latest_checkpoint(d)) for d in dirs]
     assert [s["policy"] for s in saved] == [0, 1]
