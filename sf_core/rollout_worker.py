@@ -1,6 +1,7 @@
 """Rollout worker: owns envs (in `worker_num_splits` split runners) and steps them on request.
 
 Signals in: advance, slots_freed, stop. Out: policy_request, new_trajectories, report (sf_core/signals.py).
+With --env_service, also envs_stepped, from its own split stepper threads (sf_core/split_stepper.py).
 
 Double buffering: while one split waits for actions, the worker steps another one. A split runner is
 a VectorEnvRunner (--batched_sampling=True) or a NonBatchedEnvRunner (False, any multi-agent env).
@@ -25,6 +26,7 @@ from sf_core.service.env_pool import EnvPool
 from sf_core.service.remote_env import ServiceError
 from sf_core.signals import NEW_TRAJECTORIES, POLICY_REQUEST, REPORT, RolloutReport, ServiceReport
 from sf_core.split_runner import EnvStepError, SplitRunner
+from sf_core.split_stepper import SplitSteppers
 from sf_core.vector_env_runner import VectorEnvRunner
 from signal_slot.signal_slot import EventLoop, Timer
 
@@ -55,6 +57,7 @@ class RolloutWorker(Component):
         self.timer: Timer | None = None
         # --env_service: this worker's slots, and splits waiting for a healthy slot (split -> since when)
         self.pool: EnvPool | None = None
+        self.steppers: SplitSteppers | None = None  # remote splits step on threads, all at once
         self.parked: dict[int, float] = {}
         self.slot_faults = 0
         self.interrupted_episodes = 0  # episodes cut by a slot failure: never reported as finished
@@ -69,6 +72,8 @@ class RolloutWorker(Component):
         kind = VectorEnvRunner if self.cfg.batched_sampling else NonBatchedEnvRunner
         self.runners = [kind(self.cfg, self.worker, s, self.registry, self.buffers, self.layout, self.seed, self.pool,
                              self.mapping) for s in range(self.layout.num_splits)]
+        if self.pool is not None:
+            self.steppers = SplitSteppers(self, lambda split: self.runners[split], self.layout.num_splits)
         self.timer = Timer(self.event_loop, REPORT_INTERVAL_SEC, object_id=f"{self.name}_report_timer")
         self.timer.timeout.connect(self.send_report)
         self.beat("resetting envs")
@@ -85,16 +90,23 @@ class RolloutWorker(Component):
 
     def _open_pool(self) -> None:
         from sf_core.service.endpoints import parse_service, worker_slice
+        from sf_core.service.skip import is_skip, serve_in_process
 
         cfg = self.cfg
-        mine = worker_slice(parse_service(cfg.env_service), cfg.num_workers, self.worker)
-        self.pool = EnvPool([(f"{s.host}:{s.port}", s.index) for s in mine], cfg.env, cfg.env_service_timeout,
-                            cfg.env_service_recheck_interval)
+        if is_skip(cfg.env_service):  # this worker's own envs, served in-process without sockets
+            address = serve_in_process(cfg.env, cfg.num_envs_per_worker, self.seed + 10_007 * self.worker, cfg,
+                                       self.registry)
+            mine = [f"{address}#{i}" for i in range(cfg.num_envs_per_worker)]
+            slots = [(address, i) for i in range(cfg.num_envs_per_worker)]
+        else:
+            sliced = worker_slice(parse_service(cfg.env_service), cfg.num_workers, self.worker)
+            mine, slots = [str(s) for s in sliced], [(f"{s.host}:{s.port}", s.index) for s in sliced]
+        self.pool = EnvPool(slots, cfg.env, cfg.env_service_timeout, cfg.env_service_recheck_interval)
         self.pool.describe(timeout=cfg.env_service_timeout)
         self.retry_timer = Timer(self.event_loop, cfg.env_service_recheck_interval,
                                  object_id=f"{self.name}_slot_retry_timer")
         self.retry_timer.timeout.connect(self.retry_parked)
-        log.info("%s: %d env slots (%s)", self.name, len(mine), ", ".join(map(str, mine)))
+        log.info("%s: %d env slots (%s%s)", self.name, len(mine), ", ".join(mine[:8]), ", ..." if len(mine) > 8 else "")
 
     def _is_slot_failure(self, exc: BaseException) -> bool:
         return self.pool is not None and isinstance(exc.__cause__, ServiceError)
@@ -145,22 +157,44 @@ class RolloutWorker(Component):
             self._step(split)
 
     def _step(self, split: int) -> None:
-        started = time.perf_counter()
         self.beat("stepping envs")
+        if self.steppers is not None:  # on the split's own thread; envs_stepped comes back
+            self.steppers.submit(split)
+            return
+        started = time.perf_counter()
         try:
             has_truncation = self.runners[split].step()
         except EnvStepError as exc:
-            if self._is_slot_failure(exc):
-                self._recover_split(split, exc)
-                return
-            if self.cfg.env_fault_policy != "restart":
-                raise
-            self._restart_split(split, exc)
+            self._step_failed(split, exc)
             return
-        self.env_seconds += time.perf_counter() - started
+        self._stepped(split, has_truncation, time.perf_counter() - started)
+
+    @guarded
+    def envs_stepped(self, split: int) -> None:
+        assert self.steppers is not None  # emitted only by them
+        outcome = self.steppers.take(split)
+        if self.stopping:
+            return
+        if outcome.error is None:
+            self._stepped(split, outcome.has_truncation, outcome.seconds)
+        elif isinstance(outcome.error, EnvStepError):
+            self._step_failed(split, outcome.error)
+        else:
+            raise outcome.error
+
+    def _stepped(self, split: int, has_truncation: bool, seconds: float) -> None:
+        self.env_seconds += seconds
         # one frame per agent step (a row): the unit the learner trains on, for multi-agent envs too
         self.frames += self.layout.rows_per_split * self.cfg.env_frameskip
         self._request(split, RowOrigin.AFTER_STEP, has_truncation)
+
+    def _step_failed(self, split: int, exc: EnvStepError) -> None:
+        if self._is_slot_failure(exc):
+            self._recover_split(split, exc)
+            return
+        if self.cfg.env_fault_policy != "restart":
+            raise exc
+        self._restart_split(split, exc)
 
     def _restart_split(self, split: int, error: Exception) -> None:
         """--env_fault_policy=restart: new envs, and the half-finished trajectory is written over.
@@ -260,7 +294,10 @@ class RolloutWorker(Component):
     @guarded
     def send_report(self) -> None:
         episodes, matches, objectives = [], [], []
-        for runner in self.runners:
+        in_flight = self.steppers.in_flight if self.steppers is not None else ()
+        for split, runner in enumerate(self.runners):
+            if split in in_flight:  # its thread may be adding to these lists: next report
+                continue
             episodes += runner.finished_episodes
             matches += runner.finished_matches
             objectives += runner.finished_objectives
@@ -281,8 +318,14 @@ class RolloutWorker(Component):
     @guarded
     def stop(self) -> None:
         self.stopping = True
+        if self.steppers is not None:  # before the pool closes under a step in flight
+            self.steppers.close(self.cfg.env_service_timeout + 1.0)
         if self.pool is not None:  # stopping: no need to restore instances on the way out
             self.pool.close()
+            from sf_core.service.skip import is_skip, stop_in_process
+
+            if is_skip(self.cfg.env_service):
+                stop_in_process(self.pool.slots[0].address)
         for runner in self.runners:
             runner.close()
         self.stop_loop()

@@ -150,6 +150,15 @@ def _advance(splits: list[int]) -> None:
 ADVANCE = RoutedSignal("advance", _advance, "inference worker", "rollout worker w (once per policy asked)")
 
 
+def _envs_stepped(split: int) -> None:
+    """--env_service: the split's stepper thread finished stepping it (the outcome waits in
+    `SplitSteppers`, sf_core/split_stepper.py): carry on as after a step on the event loop."""
+
+
+ENVS_STEPPED = Signal("envs_stepped", _envs_stepped, "a rollout worker's split stepper thread",
+                      "the same rollout worker")
+
+
 def _new_trajectories(slot: int) -> None:
     """Every row of `slot` holds a finished trajectory (policy p's batcher copies the rows p acted on)."""
 
@@ -224,5 +233,5 @@ def _stop() -> None:
 STOP = Signal("stop", _stop, "runner", "every component")
 
 
-ALL: tuple[Signal, ...] = (POLICY_REQUEST, FLUSH_REQUESTS, ADVANCE, NEW_TRAJECTORIES, BATCH_READY, BATCH_CONSUMED,
+ALL: tuple[Signal, ...] = (POLICY_REQUEST, FLUSH_REQUESTS, ADVANCE, ENVS_STEPPED, NEW_TRAJECTORIES, BATCH_READY, BATCH_CONSUMED,
                            SLOTS_FREED, SAVE_CHECKPOINT, PBT_REPLACE, CHECKPOINT_SAVED, REPORT, COMPONENT_ERROR, STOP)

@@ -3,16 +3,28 @@
 One row per env. The envs step in one loop and the split's rewards and flags are written with one
 array operation each: the fast path for single-agent envs. Multi-agent envs need the non-batched
 runner (sf_core/nonbatched_env_runner.py); the runner refuses them here before anything starts.
+
+With --env_service the split's envs step remotely all at once: one `steps` message per server, the
+servers reset finished episodes themselves, and the replies are awaited together
+(sf_core/service/batch_step.py).
 """
 
 from __future__ import annotations
 
+from typing import Any, Iterable
+
 import numpy as np
 
-from sf_core.split_runner import SplitRunner
+from sf_core.service.batch_step import BatchStepper, StepResult
+from sf_core.service.env_pool import SlotLost
+from sf_core.split_runner import EnvStepError, SplitRunner
 
 
 class VectorEnvRunner(SplitRunner):
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.batch = BatchStepper(self.cfg.env_service_timeout) if self.pool is not None else None
+
     def reset(self, slot: int) -> None:
         self.begin(slot)
         for e, env in enumerate(self.envs):
@@ -21,13 +33,13 @@ class VectorEnvRunner(SplitRunner):
 
     def step(self) -> bool:
         slot, t = self.slot, self.t
-        actions = self.actions[slot, t]
+        actions = [self.to_env_action(a) for a in self.actions[slot, t]]
+        steps = self._remote_steps(actions) if self.batch is not None else self._local_steps(actions)
         rewards = np.empty(len(self.envs), dtype=np.float64)
         terminated = np.zeros(len(self.envs), dtype=bool)
         truncated = np.zeros(len(self.envs), dtype=bool)
         next_obs = self.obs[slot, t + 1]
-        for e, env in enumerate(self.envs):
-            obs, reward, term, trunc, info = self.call(e, env.step, self.to_env_action(actions[e]))
+        for e, (obs, reward, term, trunc, info, reset_obs) in enumerate(steps):
             rewards[e] = reward
             if term or trunc:
                 self.record_episode(e, reward, info)
@@ -35,10 +47,32 @@ class VectorEnvRunner(SplitRunner):
                     truncated[e] = True
                     self.writer.write(obs, self.final_obs[e])
                 terminated[e] = term
-                obs, _ = self.call(e, env.reset)
+                obs = reset_obs
             else:
                 self.episode_return[e] += reward
                 self.episode_length[e] += 1
             self.writer.write(obs, next_obs[e])
         self.store_step(rewards, terminated, truncated)
         return bool(truncated.any())
+
+    def _local_steps(self, actions: list) -> Iterable[tuple]:
+        """Each env steps, and resets when its episode ended, one after the other (plain tuples, as
+        StepResult's fields: this is the hot loop of in-process sampling)."""
+        for e, env in enumerate(self.envs):
+            obs, reward, term, trunc, info = self.call(e, env.step, actions[e])
+            yield obs, reward, term, trunc, info, (self.call(e, env.reset)[0] if term or trunc else None)
+
+    def _remote_steps(self, actions: list) -> list[StepResult]:
+        results = self.batch.step(self.envs, actions, autoreset=True)
+        lost = [(e, r) for e, r in enumerate(results) if isinstance(r, SlotLost)]
+        if lost:  # the worker drops the split's trajectory and resets its envs, on other slots where needed
+            e, error = lost[0]
+            raise EnvStepError(f"{self.env_name(e)} raised in step(): SlotLost: {error}"
+                               + (f" (and {len(lost) - 1} more of the split's slots)" if len(lost) > 1 else "")
+                               ) from error
+        return results
+
+    def close(self) -> None:
+        super().close()
+        if self.batch is not None:
+            self.batch.close()

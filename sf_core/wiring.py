@@ -190,6 +190,8 @@ def _connect(runner: Component, components: list[Component], workers: list[Rollo
         sig.CHECKPOINT_SAVED.connect(pc.learner, runner.on_checkpoint_saved)
         sig.SAVE_CHECKPOINT.connect_to(runner, p, pc.learner.save_checkpoint)
         sig.PBT_REPLACE.connect_to(runner, p, pc.learner.pbt_replace)
+    for worker in workers:
+        sig.ENVS_STEPPED.connect(worker, worker.envs_stepped)
     for component in components:
         sig.REPORT.connect(component, runner.on_report)
         sig.COMPONENT_ERROR.connect(component, runner.on_component_error)
@@ -209,7 +211,7 @@ def check_user_code(cfg: Config, registry: EnvRegistry) -> None:
 def probe_spaces(cfg: Config, registry: EnvRegistry, seed: int) -> tuple[gym.Space, gym.Space, int]:
     """The env's (per-agent) spaces and its number of agents, from one instance made here."""
     if cfg.env_service:
-        return _probe_service_spaces(cfg)
+        return _probe_service_spaces(cfg, registry)
     env = registry.make(cfg.env, cfg, EnvContext(worker_index=-1, env_index=-1, seed=seed))
     try:
         agents = num_agents(env)
@@ -221,13 +223,21 @@ def probe_spaces(cfg: Config, registry: EnvRegistry, seed: int) -> tuple[gym.Spa
         env.close()
 
 
-def _probe_service_spaces(cfg: Config) -> tuple[gym.Space, gym.Space, int]:
+def _probe_service_spaces(cfg: Config, registry: EnvRegistry) -> tuple[gym.Space, gym.Space, int]:
     """--env_service: every server must answer, serve --env with the capacity the flag lists; the
     spaces come from their description (the trainer does not need the env's code)."""
     from sf_core.service.endpoints import ServiceConfigError, check_training_endpoints, parse_service
     from sf_core.service.protocol import space_from_json
-    from sf_core.service.remote_env import close_context
+    from sf_core.service.remote_env import EnvClient, close_context, hello
+    from sf_core.service.skip import is_skip, serve_in_process, stop_in_process
 
+    if is_skip(cfg.env_service):  # asked through the protocol, as a rollout worker will ask its own server
+        address = serve_in_process(cfg.env, 1, cfg=cfg, registry=registry)
+        try:
+            d = hello(EnvClient(address))
+        finally:
+            stop_in_process(address)
+        return space_from_json(d["observation_space"]), space_from_json(d["action_space"]), 1
     try:
         d = check_training_endpoints(parse_service(cfg.env_service), cfg.env, cfg.env_service_timeout)
     except ServiceConfigError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import time
 
@@ -263,7 +264,7 @@ def test_failed_slot_drops_the_unfinished_trajectory_and_the_split_waits_for_a_s
     and continues once a server is back."""
     from envs.registry import EnvRegistry
     from sf_core.sample import SampleSpaces
-    from sf_core.signals import NEW_TRAJECTORIES, REPORT
+    from sf_core.signals import ENVS_STEPPED, NEW_TRAJECTORIES, REPORT
     from sf_core.buffers import BufferLayout, TrajectoryBuffers
     from sf_core.rollout_worker import RolloutWorker
     from signal_slot.signal_slot import EventLoop
@@ -281,10 +282,12 @@ def test_failed_slot_drops_the_unfinished_trajectory_and_the_split_waits_for_a_s
         layout = BufferLayout.from_config(cfg)
         buffers = TrajectoryBuffers(layout, SampleSpaces(obs_space, gym.spaces.Discrete(2)))
         worker = RolloutWorker(EventLoop("test_loop", serial_mode=True), 0, cfg, EnvRegistry(), buffers, layout, 0)
-        sent, reports = [], []
+        sent, reports, stepped = [], [], queue.SimpleQueue()
 
         def emit(name, *args):
-            if name == NEW_TRAJECTORIES.route(0):  # what the batcher of policy 0 would copy for the learner: the slot's tags
+            if name == ENVS_STEPPED.name:  # from the split's stepper thread: handled below, on this one
+                stepped.put(args[0])
+            elif name == NEW_TRAJECTORIES.route(0):  # what the batcher of policy 0 would copy for the learner: the slot's tags
                 sent.append(set(buffers["obs"][args[0], :, 0, 4].tolist()))
                 worker.slots_freed([args[0]])
             elif name == REPORT.name:
@@ -293,17 +296,23 @@ def test_failed_slot_drops_the_unfinished_trajectory_and_the_split_waits_for_a_s
         worker.emit = emit
         worker.on_start()
 
+        def advance() -> None:
+            """Actions are in: the split steps on its thread, and the worker carries on here."""
+            worker.advance([0])
+            if worker.steppers.in_flight:
+                worker.envs_stepped(stepped.get(timeout=10))
+
         def step_until(trajectories: int) -> None:
             target = len(sent) + trajectories
             while len(sent) < target:
-                worker.advance([0])
+                advance()
 
         step_until(2)
         for _ in range(3):  # mid-trajectory
-            worker.advance([0])
+            advance()
         assert sent == [{1.0}, {1.0}]
         a.kill()
-        worker.advance([0])  # the step on the dead server times out: the split moves to b#0
+        advance()  # the step on the dead server times out: the split moves to b#0
         assert worker.runners[0].t == 0 and not worker.parked
         step_until(2)
         assert sent[2:] == [{2.0}, {2.0}], "a trajectory mixed rows of the dead slot into the learner's data"
@@ -312,7 +321,7 @@ def test_failed_slot_drops_the_unfinished_trajectory_and_the_split_waits_for_a_s
         assert service.slot_faults == 1 and service.interrupted_episodes == 1 and service.slot_counts["error"] == 1
 
         b.kill()  # now every slot of this worker is down: the split waits, reduced capacity is reported
-        worker.advance([0])
+        advance()
         assert worker.parked
         worker.retry_parked()
         worker.send_report()

@@ -1,5 +1,7 @@
 """Env service endpoints: parsing `--env_service` and dividing the slots among workers.
 
+`--env_service=skip:<env>` serves each worker's envs in-process instead (sf_core/service/skip.py).
+
 `--env_service=127.0.0.1:5555*4,127.0.0.1:5556*4` lists addresses with the number of concurrent env
 instances (slots) each serves. For bigger setups the flag names a YAML file instead:
 
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+from sf_core.service.skip import SkipModeError, is_skip, skip_env
 
 
 class ServiceConfigError(ValueError):
@@ -145,7 +149,11 @@ def worker_slice(endpoints: list[Endpoint], num_workers: int, worker: int) -> li
 def apply_to_training(values: dict, typed: set[str]) -> None:
     """With --env_service, a worker's envs are its share of the slots: set --num_envs_per_worker to it
     (and lower an untyped --worker_num_splits to a divisor of it). Raises with the arithmetic when the
-    capacity cannot feed the workers or contradicts a typed flag."""
+    capacity cannot feed the workers or contradicts a typed flag. Skip mode keeps --num_envs_per_worker:
+    each worker serves that many envs in-process."""
+    if is_skip(values["env_service"]):
+        check_skip(values["env_service"], values["env"])
+        return
     endpoints = parse_service(values["env_service"])
     workers = values["num_workers"]
     share = envs_per_worker(endpoints, workers)
@@ -163,6 +171,17 @@ def apply_to_training(values: dict, typed: set[str]) -> None:
                 f"--worker_num_splits={splits} does not divide the envs per worker: {arithmetic}, "
                 f"not divisible by {splits}")
         values["worker_num_splits"] = max(d for d in range(1, splits + 1) if share % d == 0)
+
+
+def check_skip(value: str, env: str) -> None:
+    """`skip:<env>` must name the env being trained (it is served in-process, from the registry)."""
+    try:
+        served = skip_env(value)
+    except SkipModeError as exc:
+        raise ServiceConfigError(str(exc)) from None
+    if served != env:
+        raise ServiceConfigError(f"--env_service={value} serves {served!r}, but --env={env}; skip mode serves "
+                                 f"the env being trained: --env_service=skip:{env}")
 
 
 def probe(endpoints: list[Endpoint], timeout: float) -> tuple[dict[str, dict], list[str]]:
@@ -211,7 +230,14 @@ def check_training_flags(cfg) -> None:
     slots is --num_envs_per_worker, and a server may not take as long as a heartbeat."""
     from sf_core.config import ConfigError
 
+    if cfg.env_service_timeout >= cfg.heartbeat_timeout:
+        raise ConfigError(f"--env_service_timeout={cfg.env_service_timeout:g} must be shorter than "
+                          f"--heartbeat_timeout={cfg.heartbeat_timeout:g}: a worker waiting on a server "
+                          f"that long would be reported as stalled")
     try:
+        if is_skip(cfg.env_service):
+            check_skip(cfg.env_service, cfg.env)
+            return
         endpoints = parse_service(cfg.env_service)
         share = envs_per_worker(endpoints, cfg.num_workers)
     except ServiceConfigError as exc:
@@ -220,7 +246,3 @@ def check_training_flags(cfg) -> None:
         raise ConfigError(f"--num_envs_per_worker={cfg.num_envs_per_worker} must be each worker's share of "
                           f"--env_service: {sum(e.capacity for e in endpoints)} slots // "
                           f"{cfg.num_workers} workers = {share}")
-    if cfg.env_service_timeout >= cfg.heartbeat_timeout:
-        raise ConfigError(f"--env_service_timeout={cfg.env_service_timeout:g} must be shorter than "
-                          f"--heartbeat_timeout={cfg.heartbeat_timeout:g}: a worker waiting on a server "
-                          f"that long would be reported as stalled")

@@ -1,8 +1,9 @@
 """`python -m sf_core.env_server --env=NAME --port=P --capacity=C`: serve C instances of a registered env.
 
-Clients (sf_core/service/remote_env.py) talk to it over ZeroMQ (a ROUTER socket here, REQ sockets there) with the
-format in sf_core/service/protocol.py: a JSON header and raw array frames, never pickles. Every request names
-an instance (its slot). A request that is malformed, truncated or too big is answered with an error and
+Clients (sf_core/service/remote_env.py) talk to it over ZeroMQ (a ROUTER socket here, REQ or DEALER sockets
+there) with the format in sf_core/service/protocol.py: a JSON header and raw array frames, never pickles. Every
+request names an instance (its slot), except `steps`, which names several: it is answered with one reply per
+slot, each sent as soon as its instance has stepped, so one slow instance delays only its own answer. A request that is malformed, truncated or too big is answered with an error and
 the server carries on; an env that raises marks only its instance broken until a `restore` rebuilds it.
 
 By default the server answers one request at a time: the least overhead for envs written in Python. With
@@ -18,6 +19,7 @@ import logging
 import queue
 import threading
 import traceback
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -46,10 +48,20 @@ POLL_MS = 200  # how often the loop looks at its stop flag
 HARD_LIMIT_FACTOR = 4  # zmq drops (without an answer) only messages this many times over the limit
 
 
+@dataclass
+class Request:
+    """One checked request for one instance (a `steps` message becomes one per slot it names)."""
+
+    slot: int
+    cmd: str
+    header: dict
+    arrays: list
+
+
 class EnvServer:
     """C env instances behind one ROUTER socket. `serve()` runs until `stop()` (or a signal)."""
 
-    def __init__(self, env: str, capacity: int, host: str = "127.0.0.1", port: int = 0, seed: int = 0,
+    def __init__(self, env: str, capacity: int, host: str | None = "127.0.0.1", port: int = 0, seed: int = 0,
                  registry: EnvRegistry | None = None, cfg: Config | None = None, max_bytes: int | None = None,
                  parallel: bool = False):
         if capacity < 1:
@@ -70,6 +82,16 @@ class EnvServer:
         self.spaces_json = {"observation_space": space_to_json(self.observation_space),
                             "action_space": space_to_json(self.action_space)}
         self.max_bytes = max_bytes or max_message_bytes(self.observation_space, self.action_space)
+        self.running = False
+        self.parallel = parallel and host is not None
+        self.threads: list[threading.Thread] = []
+        self.host, self.port = host, 0
+        self.context: zmq.Context | None = None
+        self.socket: zmq.Socket | None = None
+        if host is not None:  # None: in-process (skip mode, sf_core/service/skip.py), answered by handle_all()
+            self._listen(host, port)
+
+    def _listen(self, host: str, port: int) -> None:
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -79,16 +101,12 @@ class EnvServer:
             self.port = port
         else:
             self.port = self.socket.bind_to_random_port(f"tcp://{host}")
-        self.host = host
-        self.running = False
-        self.parallel = parallel
-        self.threads: list[threading.Thread] = []
-        if parallel:  # one inbox and thread per instance; replies come back over an inproc socket
-            self.inboxes: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(capacity)]
+        if self.parallel:  # one inbox and thread per instance; replies come back over an inproc socket
+            self.inboxes: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(self.capacity)]
             self.replies_address = f"inproc://env_server_replies_{id(self)}"
             self.replies = self.context.socket(zmq.PULL)
             self.replies.bind(self.replies_address)
-            for i in range(capacity):
+            for i in range(self.capacity):
                 thread = threading.Thread(target=self._instance_loop, args=(i,), name=f"instance_{i}", daemon=True)
                 thread.start()
                 self.threads.append(thread)
@@ -117,14 +135,14 @@ class EnvServer:
             if len(frames) < 2 or len(frames[1]) != 0:
                 continue
             envelope = frames[:2]
-            if not self.parallel:
-                self._send([*envelope, *self.handle(frames[2:])])
-                continue
-            request = self.parse(frames[2:])
-            if isinstance(request, list):  # an error or a hello/ping: answered right here
-                self._send([*envelope, *request])
-            else:
-                self.inboxes[request[0]].put((envelope, request))
+            reply, requests = self.parse(frames[2:])
+            if reply is not None:  # an error or a hello/ping: answered right here
+                self._send([*envelope, *reply])
+            for request in requests:
+                if self.parallel:
+                    self.inboxes[request.slot].put((envelope, request))
+                else:
+                    self._send([*envelope, *self.dispatch(request)])
 
     def _send(self, frames: list) -> None:
         try:
@@ -157,19 +175,25 @@ class EnvServer:
                     env.close()
                 except Exception:  # noqa: BLE001 - closing is best effort
                     pass
-        self.socket.close(0)
-        if not any(t.is_alive() for t in self.threads):  # a stuck thread's socket would block term() forever
+        if self.socket is not None:
+            self.socket.close(0)
+        # a stuck thread's socket would block term() forever
+        if self.context is not None and not any(t.is_alive() for t in self.threads):
             self.context.term()
 
     # ---------------------------------------------------------------- requests
     def handle(self, payload: list) -> list[bytes]:
-        """One request to its reply. Nothing a client sends can raise out of here."""
-        request = self.parse(payload)
-        return request if isinstance(request, list) else self.dispatch(request)
+        """One request to its reply (the first, for a `steps` request). Nothing a client sends can raise out of here."""
+        return self.handle_all(payload)[0]
 
-    def parse(self, payload: list) -> list[bytes] | tuple[int, str, dict, list]:
-        """A checked (slot, command, header, arrays) for an instance, or the finished reply: an error,
-        or the answer to a command about the server as a whole (hello, ping)."""
+    def handle_all(self, payload: list) -> list[list[bytes]]:
+        """Every reply to one request, in order, without sockets: one per slot for `steps`."""
+        reply, requests = self.parse(payload)
+        return [reply] if reply is not None else [self.dispatch(r) for r in requests]
+
+    def parse(self, payload: list) -> tuple[list[bytes] | None, list[Request]]:
+        """The checked requests for instances, or else the finished reply: an error, or the answer to a
+        command about the server as a whole (hello, ping)."""
         self.requests += 1
         try:
             header, arrays = unpack(payload, self.max_bytes)
@@ -178,29 +202,49 @@ class EnvServer:
                 raise ProtocolError(f"unknown command {cmd!r}; known: {', '.join(COMMANDS)}")
             if cmd == "hello":
                 return pack({"ok": True, "protocol": PROTOCOL_VERSION, "env": self.env_name,
-                             "capacity": self.capacity, "max_message_bytes": self.max_bytes, **self.spaces_json})
+                             "capacity": self.capacity, "max_message_bytes": self.max_bytes, **self.spaces_json}), []
             if cmd == "ping":
-                return pack({"ok": True, "slots": ["broken" if b else "ok" for b in self.broken]})
-            slot = header.get("slot")
-            if not isinstance(slot, int) or isinstance(slot, bool) or not 0 <= slot < self.capacity:
-                raise ProtocolError(f"slot must be an integer in [0, {self.capacity}), got {slot!r}")
-            return slot, cmd, header, arrays
+                return pack({"ok": True, "slots": ["broken" if b else "ok" for b in self.broken]}), []
+            if cmd == "steps":
+                return None, self._split_steps(header, arrays)
+            return None, [Request(self._slot(header.get("slot")), cmd, header, arrays)]
         except ProtocolError as exc:
-            return error_reply(f"bad request: {exc}")
+            return error_reply(f"bad request: {exc}"), []
         except Exception as exc:  # noqa: BLE001 - a server bug must not take the service down
             log.error("internal error: %s", traceback.format_exc())
-            return error_reply(f"internal error: {type(exc).__name__}: {exc}")
+            return error_reply(f"internal error: {type(exc).__name__}: {exc}"), []
 
-    def dispatch(self, request: tuple[int, str, dict, list]) -> list[bytes]:
-        """Run a parsed request on its instance (on that instance's thread with --parallel)."""
-        slot, cmd, header, arrays = request
+    def _slot(self, slot: Any) -> int:
+        if not isinstance(slot, int) or isinstance(slot, bool) or not 0 <= slot < self.capacity:
+            raise ProtocolError(f"slot must be an integer in [0, {self.capacity}), got {slot!r}")
+        return slot
+
+    def _split_steps(self, header: dict, arrays: list) -> list[Request]:
+        """`steps`: {"id": n, "slots": [...], "autoreset": bool} and one action per slot, in order."""
+        slots, request_id, autoreset = header.get("slots"), header.get("id"), header.get("autoreset", False)
+        if not isinstance(slots, list) or not slots:
+            raise ProtocolError("steps needs a non-empty list of slots")
+        checked = [self._slot(slot) for slot in slots]
+        if len(set(checked)) != len(checked):
+            raise ProtocolError(f"steps names a slot twice: {slots}")
+        if len(arrays) != len(checked):
+            raise ProtocolError(f"steps names {len(checked)} slots but sends {len(arrays)} actions")
+        if not isinstance(request_id, int) or isinstance(request_id, bool) or not isinstance(autoreset, bool):
+            raise ProtocolError("steps needs an integer id and a boolean autoreset")
+        return [Request(slot, "step", {"id": request_id, "slot": slot, "autoreset": autoreset}, [action])
+                for slot, action in zip(checked, arrays)]
+
+    def dispatch(self, request: Request) -> list[bytes]:
+        """Run a parsed request on its instance (on that instance's thread with --parallel). A reply to
+        one slot of a `steps` request names the request and the slot, errors included."""
+        tag = {key: request.header[key] for key in ("id", "slot") if "id" in request.header}
         try:
-            return getattr(self, f"_{cmd}")(slot, header, arrays)
+            return getattr(self, f"_{request.cmd}")(request.slot, request.header, request.arrays)
         except ProtocolError as exc:
-            return error_reply(f"bad request: {exc}")
+            return error_reply(f"bad request: {exc}", tag)
         except Exception as exc:  # noqa: BLE001 - a server bug must not take the service down
             log.error("internal error: %s", traceback.format_exc())
-            return error_reply(f"internal error: {type(exc).__name__}: {exc}")
+            return error_reply(f"internal error: {type(exc).__name__}: {exc}", tag)
 
     def _env(self, slot: int) -> gym.Env:
         if self.broken[slot] is not None:
@@ -216,11 +260,12 @@ class EnvServer:
             log.warning("slot %d: env raised %s", slot, self.broken[slot])
             return None, error_reply(f"env failed on slot {slot}: {self.broken[slot]}")
 
-    def _obs_reply(self, header: dict, obs: Any) -> list[bytes]:
+    def _obs_reply(self, header: dict, *observations: Any) -> list[bytes]:
         try:
-            arrays = obs_arrays(self.observation_space, obs)
+            arrays = [a for obs in observations for a in obs_arrays(self.observation_space, obs)]
         except (ValueError, TypeError, KeyError, IndexError) as exc:
-            return error_reply(f"env returned an observation that does not fit its space: {exc!r}")
+            tag = {key: header[key] for key in ("id", "slot") if "id" in header}
+            return error_reply(f"env returned an observation that does not fit its space: {exc!r}", tag)
         return pack(header, arrays)
 
     def _reset(self, slot: int, header: dict, arrays: list) -> list[bytes]:
@@ -237,16 +282,26 @@ class EnvServer:
         return self._obs_reply({"ok": True, "info": json_info(info)}, obs)
 
     def _step(self, slot: int, header: dict, arrays: list) -> list[bytes]:
+        """One step; in a `steps` request with autoreset, an instance whose episode ended is reset at once
+        and the reply carries the final observation, then the first one of the next episode."""
+        tag = {key: header[key] for key in ("id", "slot") if "id" in header}
         env = self._env(slot)
         if len(arrays) != 1:
             raise ProtocolError(f"step takes one action array, got {len(arrays)}")
         action = space_value(self.action_space, arrays[0])
         result, failed = self._env_call(slot, env.step, action)
         if failed:
-            return failed
+            return error_reply(f"env failed on slot {slot}: {self.broken[slot]}", tag)
         obs, reward, terminated, truncated, info = result
-        return self._obs_reply({"ok": True, "reward": float(reward), "terminated": bool(terminated),
-                                "truncated": bool(truncated), "info": json_info(info)}, obs)
+        reply = {"ok": True, **tag, "reward": float(reward), "terminated": bool(terminated),
+                 "truncated": bool(truncated), "info": json_info(info)}
+        if not (header.get("autoreset") and (terminated or truncated)):
+            return self._obs_reply(reply, obs)
+        reset, failed = self._env_call(slot, env.reset)
+        if failed:
+            return error_reply(f"env failed on slot {slot}: {self.broken[slot]}", tag)
+        next_obs, reset_info = reset
+        return self._obs_reply({**reply, "reset_info": json_info(reset_info)}, obs, next_obs)
 
     def _restore(self, slot: int, header: dict, arrays: list) -> list[bytes]:
         """Back to the instance's initial snapshot: the env's own `restore_snapshot()` if it has one

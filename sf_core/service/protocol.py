@@ -7,6 +7,15 @@ A message is a ZeroMQ multipart message: one JSON header frame, then one raw fra
                       "arrays": [{"dtype": "float32", "shape": [4]}]}                          + obs bytes
     error    header: {"ok": false, "error": "why"}
 
+Several slots of one server step with one message, `steps`, answered with one reply per slot as each
+finishes (so a client sends it from a DEALER socket, which may receive several replies):
+
+    request  header: {"cmd": "steps", "id": 7, "slots": [0, 2], "autoreset": true, "arrays": [...]} + actions
+    replies  header: {"ok": true, "id": 7, "slot": 0, "reward": ..., ...}  (or {"ok": false, "id": 7, "slot": 0, ...})
+
+With `autoreset`, an instance whose episode ended is reset on the server: its reply carries the final
+observation's arrays, then the new episode's, and a `reset_info`.
+
 Nothing is ever pickled: arrays travel as bytes with a dtype from a fixed allow-list and a shape that the
 receiver checks against the env's spaces; spaces travel as JSON (`space_to_json`). A Dict or Tuple
 observation travels as one array per leaf, in the order of its space (`obs_arrays`). Infos keep only JSON
@@ -22,9 +31,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: `steps`, several slots in one request, one reply per slot
 MAX_HEADER_BYTES = 64 * 1024
-COMMANDS = ("hello", "ping", "reset", "step", "restore", "close")
+COMMANDS = ("hello", "ping", "reset", "step", "steps", "restore", "close")
 # dtypes an array frame may declare: numeric only, so no frame can smuggle objects
 ALLOWED_DTYPES = frozenset(np.dtype(t).str for t in (
     np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
@@ -100,8 +109,9 @@ def unpack(frames: list, max_bytes: int) -> tuple[dict, list[np.ndarray]]:
     return header, [decode_array(spec, frame) for spec, frame in zip(specs, frames[1:])]
 
 
-def error_reply(message: str) -> list[bytes]:
-    return pack({"ok": False, "error": message})
+def error_reply(message: str, tag: dict | None = None) -> list[bytes]:
+    """An error answer; `tag` ({"id", "slot"}) says which slot of a `steps` request it answers."""
+    return pack({"ok": False, **(tag or {}), "error": message})
 
 
 def json_info(info: dict) -> dict:

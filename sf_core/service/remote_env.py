@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 from typing import Any
 
 import gymnasium as gym
@@ -29,6 +30,7 @@ from sf_core.service.protocol import (
     space_from_json,
     unpack,
 )
+from sf_core.service.skip import in_process_server, is_skip
 
 _contexts: dict[int, zmq.Context] = {}
 _contexts_lock = threading.Lock()
@@ -78,6 +80,9 @@ class EnvClient:
     def request(self, header: dict, arrays: list[np.ndarray] = (), timeout: float | None = None
                 ) -> tuple[dict, list[np.ndarray]]:
         """Send one request and wait for its reply; ServiceError (ServiceTimeout) on failure."""
+        if is_skip(self.address):  # an in-process server: the same messages, handed over without a socket
+            return check_reply(self.address, in_process_server(self.address).handle(pack(header, arrays)),
+                               self.max_bytes)
         sock = self._socket()
         timeout_ms = int(1000 * (self.timeout if timeout is None else timeout))
         try:
@@ -92,13 +97,7 @@ class EnvClient:
                 raise ServiceTimeout(f"{self.address} did not answer {header.get('cmd')!r} within "
                                      f"{timeout_ms / 1000:g}s") from None
             raise ServiceError(f"{self.address}: {exc}") from None
-        try:
-            reply, out = unpack(frames, self.max_bytes)
-        except ProtocolError as exc:
-            raise ServiceError(f"{self.address} sent a malformed reply: {exc}") from None
-        if reply.get("ok") is not True:
-            raise ServiceError(f"{self.address}: {reply.get('error', 'error without a message')}")
-        return reply, out
+        return check_reply(self.address, frames, self.max_bytes)
 
     def reset_socket(self) -> None:
         if self.socket is not None:
@@ -107,6 +106,62 @@ class EnvClient:
 
     def close(self) -> None:
         self.reset_socket()
+
+
+def check_reply(address: str, frames: list, max_bytes: int) -> tuple[dict, list[np.ndarray]]:
+    """A reply's (header, arrays); ServiceError if it is malformed or an error answer."""
+    try:
+        reply, out = unpack(frames, max_bytes)
+    except ProtocolError as exc:
+        raise ServiceError(f"{address} sent a malformed reply: {exc}") from None
+    if reply.get("ok") is not True:
+        raise ServiceError(f"{address}: {reply.get('error', 'error without a message')}")
+    return reply, out
+
+
+class ServerChannel:
+    """A DEALER socket to one server for `steps` requests: one message for several slots, and their
+    replies as they come, one per slot. Owned by one thread (a split's stepper)."""
+
+    def __init__(self, address: str, max_bytes: int):
+        self.address, self.max_bytes = address, max_bytes
+        self.socket: zmq.Socket | None = None
+        self.replies: deque[list] = deque()  # an in-process server's answers (skip mode)
+
+    def send(self, header: dict, arrays: list[np.ndarray]) -> None:
+        if is_skip(self.address):
+            self.replies.extend(in_process_server(self.address).handle_all(pack(header, arrays)))
+            return
+        if self.socket is None:
+            self.socket = zmq_context().socket(zmq.DEALER)
+            self.socket.setsockopt(zmq.LINGER, 0)
+            self.socket.setsockopt(zmq.MAXMSGSIZE, self.max_bytes)
+            self.socket.connect(f"tcp://{self.address}")
+        try:  # the empty frame makes the envelope a REQ socket's, which the server expects
+            self.socket.send_multipart([b"", *pack(header, arrays)], flags=zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            self.reset_socket()
+            raise ServiceError(f"{self.address}: {exc}") from None
+
+    def receive(self, timeout: float) -> tuple[dict, list[np.ndarray]] | None:
+        """The next reply, as (header, arrays) without checking `ok`; None if none came within `timeout`."""
+        if self.replies:
+            frames = self.replies.popleft()
+        elif self.socket is None or not self.socket.poll(max(0, int(timeout * 1000)), zmq.POLLIN):
+            return None
+        else:
+            frames = self.socket.recv_multipart()[1:]
+        try:
+            return unpack(frames, self.max_bytes)
+        except ProtocolError as exc:
+            return {"ok": False, "error": f"{self.address} sent a malformed reply: {exc}"}, []
+
+    def reset_socket(self) -> None:
+        """Forget the connection (after a timeout): late replies to the old socket are never read."""
+        self.replies.clear()
+        if self.socket is not None:
+            self.socket.close(0)
+            self.socket = None
 
 
 def hello(client: EnvClient, timeout: float | None = None) -> dict:

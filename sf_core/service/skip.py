@@ -1,0 +1,69 @@
+"""Skip mode, `--env_service=skip:<env>`: the env runs in-process, behind the same slot pool, protocol and
+server code as a real env service, with the sockets skipped.
+
+Each process that uses the address builds its own `EnvServer` without a socket and registers it here;
+clients (`EnvClient`, `ServerChannel`) hand it the very messages they would send over ZeroMQ and read its
+replies. A pipeline written for a rack of simulators can so be tested on a laptop, failure paths
+included, before any server exists; only the sockets, and their latency, are missing.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sf_core.service.env_server import EnvServer
+
+PREFIX = "skip:"
+
+_servers: dict[str, EnvServer] = {}  # address -> this process's in-process server
+_lock = threading.Lock()
+
+
+class SkipModeError(ValueError):
+    """A skip:<env> value that cannot work."""
+
+
+def is_skip(address: str) -> bool:
+    return address.startswith(PREFIX)
+
+
+def skip_env(value: str) -> str:
+    """The env a `skip:<env>` value names."""
+    env = value.strip()[len(PREFIX):].strip()
+    if not env or "," in env or "*" in env:
+        raise SkipModeError(f"--env_service={value}: skip mode takes one env name and nothing else, "
+                            f"e.g. --env_service=skip:CartPole-v1 (each worker serves its own envs in-process)")
+    return env
+
+
+def serve_in_process(env: str, capacity: int, seed: int = 0, cfg=None, registry=None) -> str:
+    """Build `capacity` instances of `env` behind a socketless server in this process; its address."""
+    from sf_core.service.env_server import EnvServer
+
+    address = PREFIX + env
+    server = EnvServer(env, capacity, host=None, seed=seed, registry=registry, cfg=cfg)
+    with _lock:
+        previous = _servers.pop(address, None)
+        _servers[address] = server
+    if previous is not None:
+        previous.close()
+    return address
+
+
+def in_process_server(address: str) -> EnvServer:
+    from sf_core.service.remote_env import ServiceError
+
+    with _lock:
+        server = _servers.get(address)
+    if server is None:
+        raise ServiceError(f"{address}: no in-process server in this process (it is closed, or was never built)")
+    return server
+
+
+def stop_in_process(address: str) -> None:
+    with _lock:
+        server = _servers.pop(address, None)
+    if server is not None:
+        server.close()
