@@ -398,3 +398,37 @@ def test_bad_pools_runners_and_needs_are_refused_before_anything_starts(tmp_path
     (tmp_path / "twice.yaml").write_text("pools:\n  sim: [127.0.0.1:5999*2]\n  reward: [127.0.0.1:5999*1]\n")
     assert "127.0.0.1:5999 is listed in pool 'sim' and in pool 'reward'" in refused([both], str(tmp_path / "twice.yaml"))
     assert "--local_pools names the in-process envs" in refused([both], str(pools), "--local_pools=sim=CartPole-v1")
+
+
+def test_broker_leases_all_or_none_in_fifo_order_and_times_out_a_pool_without_healthy_slots():
+    """The slot broker alone, on its real pools (no server is contacted while every slot is healthy): a task
+    that needs two pools gets both slots or none, a later task never takes a slot an earlier waiting
+    task needs (so the two-pool task is not starved by one-pool tasks), and a pool whose every slot
+    failed fails the waiting task's attempt after --acquire_timeout, not before."""
+    from sf_core.service.env_pool import EnvPool
+    from sf_core.service.slot_broker import SlotBroker
+
+    pools = {"sim": EnvPool([("127.0.0.1:1", 0), ("127.0.0.1:1", 1)], timeout=0.5, recheck_interval=5.0),
+             "reward": EnvPool([("127.0.0.1:2", 0)], timeout=0.5, recheck_interval=5.0)}
+    broker = SlotBroker(pools, acquire_timeout=3.0)
+    try:
+        for task_id, needs in (("A", ["sim", "reward"]), ("B", ["sim"]), ("C", ["sim", "reward"]), ("D", ["sim"])):
+            broker.submit({"id": task_id, "needs": needs})
+        for worker in range(4):
+            broker.runner_ready(worker)
+        assigned, starved = broker.dispatch(0.0)
+        assert [(w, t["id"], lease) for w, t, lease in assigned] == [
+            (0, "A", {"sim": "127.0.0.1:1#0", "reward": "127.0.0.1:2#0"}), (1, "B", {"sim": "127.0.0.1:1#1"})]
+        broker.release("B", {})
+        assigned, _ = broker.dispatch(0.1)
+        assert assigned == []  # D may not take the free sim slot: C, waiting for reward, is first in line
+        assert pools["sim"].counts()["idle"] == 1 and pools["reward"].counts()["busy"] == 1
+        broker.release("A", {"reward": {"error": "ServiceTimeout: gone", "server_down": False}})
+        assigned, starved = broker.dispatch(0.2)
+        assert assigned == [] and starved == []  # C now waits for a healthy reward slot, D behind it on sim
+        assert broker.dispatch(3.1) == ([], [])  # 2.9 s without a healthy reward slot: still waiting
+        assigned, starved = broker.dispatch(3.2)
+        assert [t["id"] for t, _ in starved] == ["C"] and "no healthy slot in pool 'reward' within 3s" in starved[0][1]
+        assert [(t["id"], lease) for _, t, lease in assigned] == [("D", {"sim": "127.0.0.1:1#0"})]
+    finally:
+        broker.close()
