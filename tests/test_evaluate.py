@@ -393,6 +393,8 @@ def test_bad_pools_runners_and_needs_are_refused_before_anything_starts(tmp_path
     assert "needs 2 pools (sim, reward) but names no runner" in refused([{"id": "a", "needs": ["sim", "reward"]}],
                                                                         str(pools))
     assert "names runner 'nope'" in refused([{"id": "a", "env": "CartPole-v1", "runner": "nope"}], "")
+    assert "pool 'reward' (--local_pools: env 'NoSuchReward-v0') cannot be built in-process" in refused(
+        [both], "", "--local_pools=sim=CartPole-v1,reward=NoSuchReward-v0")
     (tmp_path / "empty.yaml").write_text("pools:\n  sim: [127.0.0.1:5999*2]\n  reward: []\n")
     assert "pool 'reward' has no slots" in refused([both], str(tmp_path / "empty.yaml"))
     (tmp_path / "twice.yaml").write_text("pools:\n  sim: [127.0.0.1:5999*2]\n  reward: [127.0.0.1:5999*1]\n")

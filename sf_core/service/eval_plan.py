@@ -64,6 +64,7 @@ def make_plan(args: argparse.Namespace, tasks: list[dict]) -> Plan:
         check_tasks(tasks, None, set(runners))
         named = parse_local_pools(args.local_pools)
         local_envs = {pool: named.get(pool, pool) for pool in needed}
+        check_local_envs(local_envs)
         default_runners = 1  # in-process envs: the parallelism is the worker processes
     registry = registry_snapshot() if local_envs is not None else None
     modules = tuple(m.strip() for m in args.env_module.split(",") if m.strip())
@@ -112,6 +113,20 @@ def _pool_env(name: str, endpoints: list[Endpoint], answers: dict[str, dict]) ->
                             f"{first['env']!r}, with other spaces; a pool's slots must be interchangeable "
                             f"({describe(endpoints)})")
     return first["env"]
+
+
+def check_local_envs(local_envs: dict[str, str]) -> None:
+    """Build each in-process env once, here: a name nobody registered stops the run before it starts
+    (an env that is costly to build is as costly in every runner)."""
+    from envs.registry import EnvContext, make_env
+    from sf_core.config import Config
+
+    for pool, name in local_envs.items():
+        try:
+            make_env(name, Config(env=name), EnvContext(worker_index=0, env_index=0, seed=0)).close()
+        except Exception as exc:  # noqa: BLE001 - whatever the factory raises is the user's message
+            what = f"pool {pool!r} (--local_pools: env {name!r})" if pool != name else f"env {name!r}"
+            raise EvalError(f"{what} cannot be built in-process without --env_service: {exc}") from None
 
 
 def parse_local_pools(value: str) -> dict[str, str]:

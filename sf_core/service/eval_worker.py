@@ -114,16 +114,15 @@ class RunnerEnvs:
     def __init__(self, spec: WorkerSpec, index: int):
         self.spec, self.index, self.envs = spec, index, {}
 
-    def lease(self, task: dict) -> tuple[dict[str, LeasedEnv], dict[str, dict]]:
-        """The task's envs by pool, and the slots that could not even be reached."""
-        envs, failed = {}, {}
+    def lease(self, task: dict, envs: dict[str, LeasedEnv], failed: dict[str, dict]) -> None:
+        """Fill `envs` with the task's envs by pool, and `failed` with the slots that could not be reached
+        (filled as it goes: an env that cannot be built in-process raises, and what was leased goes back)."""
         for pool in task["needs"]:
             slot = task["lease"].get(pool) or f"local:{pool}"
             try:
                 envs[pool] = LeasedEnv(self._env(pool, slot), slot)
             except ServiceError as exc:
                 failed[pool] = _failure(slot, exc)
-        return envs, failed
 
     def _env(self, pool: str, slot: str) -> gym.Env:
         if slot not in self.envs:
@@ -132,7 +131,9 @@ class RunnerEnvs:
                 self.envs[slot] = RemoteEnv(address, int(index), self.spec.timeout)
             else:
                 name = self.spec.local_envs[pool]
-                ctx = EnvContext(worker_index=self.spec.worker, env_index=self.index, seed=None, evaluation=True)
+                # built as a server started with the default --seed=0 builds its instance `index`: the same
+                # task gives the same results with and without the server
+                ctx = EnvContext(worker_index=self.spec.worker, env_index=self.index, seed=self.index)
                 self.envs[slot] = self.spec.registry.make(name, _config(name), ctx)
         return self.envs[slot]
 
@@ -182,14 +183,16 @@ def run_task(task: dict, envs: RunnerEnvs, actors: Actors, runners: dict[str, Ca
     """One attempt of one task on its leased slots; its outcome (never raises)."""
     started = time.time()
     outcome: dict[str, Any] = {"returns": [], "lengths": [], "error": None, "retryable": False}
-    leased, failed = envs.lease(task)
-    outcome["slots"] = {pool: e.slot for pool, e in leased.items()} | {p: f["slot"] for p, f in failed.items()}
+    leased: dict[str, LeasedEnv] = {}
+    failed: dict[str, dict] = {}
     try:
+        envs.lease(task, leased, failed)
         if not failed:
             returns, lengths = runners[task["runner"]](leased, task, TaskPolicy(actors.actor_for, leased, task["seed"]))
             outcome.update(returns=[float(r) for r in returns], lengths=[int(n) for n in lengths])
     except Exception as exc:  # noqa: BLE001 - the task itself is broken unless a slot failed (below)
         outcome["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    outcome["slots"] = {pool: e.slot for pool, e in leased.items()} | {p: f["slot"] for p, f in failed.items()}
     envs.give_back(leased, failed)
     lost = [p for p in task["needs"] if p in failed and (p not in leased or leased[p].error is not None)]
     if lost:  # the slot (or its service) failed: another slot may do it
