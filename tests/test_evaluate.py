@@ -434,3 +434,40 @@ def test_broker_leases_all_or_none_in_fifo_order_and_times_out_a_pool_without_he
         assert [(t["id"], lease) for _, t, lease in assigned] == [("D", {"sim": "127.0.0.1:1#0"})]
     finally:
         broker.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_killed_worker_forfeits_its_task_and_slot_which_come_back(tmp_path):
+    """SIGKILL one of two worker processes mid-task: its task is retried by the other worker, and the slot
+    it held (in an unknown state) is health-checked, restored and leased again."""
+    import psutil
+
+    server = EnvServerProcess(tmp_path, "SlowCartPole-v1", 2)
+    proc = None
+    try:
+        server.start()
+        write_tasks(tmp_path / "tasks.jsonl", 8, "SlowCartPole-v1", episodes=3)
+        out, log = tmp_path / "results.jsonl", tmp_path / "evaluate.log"
+        with open(log, "w") as f:
+            proc = launch.start([f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={server.spec}",
+                                 "--num_workers=2", "--concurrency=1", "--env_service_recheck_interval=0.3",
+                                 f"--output={out}"], module="sf_core.evaluate", output=f)
+        wait_for(lambda: out.exists() and len(read_results(out)) >= 1, 60, "a first result")
+        workers = [p for p in psutil.Process(proc.pid).children()
+                   if any("spawn_main" in part for part in p.cmdline())]
+        assert len(workers) == 2, [p.cmdline() for p in workers]
+        workers[0].kill()  # each worker's one runner is in a task nearly all the time
+        assert proc.wait(timeout=60) == 0, log.read_text()
+        lines = read_results(out)
+        assert sorted(r["id"] for r in lines) == [f"t{i}" for i in range(8)] and all(r["status"] == "ok" for r in lines)
+        (died,) = [a for r in lines for a in r["attempts"] if a["error"]]
+        assert died["error"] == "the worker process died"
+        later = [a for r in lines for a in r["attempts"] if a["slot"] == died["slot"] and a["started"] > died["ended"]]
+        assert later, "the forfeited slot was never leased again"
+        assert "eval worker" in log.read_text() and "died" in log.read_text()
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        server.kill()

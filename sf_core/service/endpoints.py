@@ -115,6 +115,8 @@ def parse_pools(value: str) -> dict[str, list[Endpoint]] | None:
         data = yaml.safe_load(f)
     if not isinstance(data, dict) or "pools" not in data:
         return None
+    if "endpoints" in data:
+        raise ServiceConfigError(f"{value}: give either 'pools' (named pools, for the evaluator) or 'endpoints', not both")
     if not isinstance(data["pools"], dict) or not data["pools"]:
         raise ServiceConfigError(f"{value}: 'pools' must map pool names to lists of endpoints")
     pools, owner = {}, {}

@@ -131,9 +131,8 @@ class Coordinator:
                 self.broker.forget_worker(w)
                 log.error("eval worker %d died (exit code %s)", w, getattr(self.procs[w], "exitcode", None))
                 for task_id in self.in_hands[w]:
-                    lease = self.broker.leases.get(task_id, {})
-                    self.broker.release(task_id, {pool: {"error": "its task runner's process died"} for pool in lease})
-                    self._attempt_done({"id": task_id, "worker": w, "slots": {p: s.name for p, s in lease.items()},
+                    slots = self.broker.forfeit(task_id, "its task runner's process died")
+                    self._attempt_done({"id": task_id, "worker": w, "slots": slots,
                                         "returns": [], "lengths": [], "error": "the worker process died",
                                         "retryable": True, "started": time.time(), "ended": time.time()})
                 self.in_hands[w].clear()

@@ -106,8 +106,12 @@ class SlotBroker:
             else:
                 pool.release(slot, restore=False)
 
-    def holding(self) -> int:
-        return len(self.leases)
+    def forfeit(self, task_id: str, why: str) -> dict[str, str]:
+        """Its runner is gone with the task in hand: every slot it held is in an unknown state, so each goes
+        to the health checks (which restore it before re-admitting it). Returns {pool: slot name}."""
+        names = {name: slot.name for name, slot in self.leases.get(task_id, {}).items()}
+        self.release(task_id, {name: {"error": why} for name in names})
+        return names
 
     def summary(self) -> str:
         return "; ".join(f"{name}: {pool.summary()}" for name, pool in self.pools.items())
