@@ -152,9 +152,10 @@ class RunnerEnvs:
                     env.restore_snapshot()
                 else:
                     self._drop(leased.slot)  # a fresh instance next time
-            except ServiceError as exc:
-                failed[pool] = _failure(leased.slot, exc)
-                self._drop(leased.slot)
+            except Exception as exc:  # noqa: BLE001 - a runner thread must outlive an env that cannot restore
+                self._drop(leased.slot)  # in-process: a fresh instance next time, nothing is out of service
+                if isinstance(exc, ServiceError):
+                    failed[pool] = _failure(leased.slot, exc)
 
     def _drop(self, slot: str) -> None:
         env = self.envs.pop(slot, None)
