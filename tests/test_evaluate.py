@@ -45,7 +45,7 @@ def test_fifty_tasks_two_workers_small_pool_one_broken_slot(tmp_path):
                               "--concurrency=4", "--max_task_retries=2", f"--output={out}",
                               "--env_service_recheck_interval=0.3")
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "50 tasks on 2 workers (concurrency 2, 1)" in result.stdout
+        assert "50 tasks on 2 workers × 4 task runners (pool FlakyCartPole-v1: 3 slots)" in result.stdout
         lines = read_results(out)
         assert len(lines) == 50 and {r["id"] for r in lines} == ids  # exactly one line per task
         assert all(r["status"] == "ok" and len(r["returns"]) == 2 and len(r["lengths"]) == 2 for r in lines)
@@ -104,9 +104,7 @@ def test_bad_tasks_and_services_are_rejected_before_anything_starts(tmp_path):
     try:
         server.start()
         write_tasks(tmp_path / "tasks.jsonl", 3, "CartPole-v1")
-        result = run_evaluate(f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={server.spec}", "--num_workers=2")
-        assert result.returncode == 2
-        assert f"CartPole-v1: 127.0.0.1:{server.port}*1 = 1 slots but --num_workers=2" in result.stderr
+        # fewer slots than workers is no longer refused (the runners share the pool: the tests below)
         write_tasks(tmp_path / "other.jsonl", 3, "Pendulum-v1")
         result = run_evaluate(f"--tasks={tmp_path / 'other.jsonl'}", f"--env_service={server.spec}", "--num_workers=1")
         assert result.returncode == 2 and "tasks need Pendulum-v1, which no server" in result.stderr
@@ -191,7 +189,7 @@ def test_recurrent_dict_observation_policy_evaluates_as_enjoy_plays_it(tmp_path)
                               f"--train_dir={tmp_path}", "--experiment=memory", "--eval_deterministic=True",
                               f"--output={out}")
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "(concurrency 2)" in result.stdout  # both tasks at once on the one model
+        assert "2 tasks on 1 workers × 2 task runners" in result.stdout  # both tasks at once on the one model
         lines = read_results(out)
         assert [r["status"] for r in lines] == ["ok", "ok"], lines
         assert [r["returns"] for r in lines] == [local["returns"]] * 2
@@ -228,6 +226,246 @@ def test_tasks_longer_than_the_grace_period_are_killed(tmp_path):
         text = log.read_text()
         assert "did not stop in time: killing it" in text, text
         assert not out.exists() or read_results(out) == []
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        server.kill()
+
+
+# ------------------------------------------------------------------ shared pools, named pools, inline, in-process
+
+
+def overlapping(intervals: list[tuple[float, float]]) -> list[tuple]:
+    ordered = sorted(intervals)
+    return [(a, b) for a, b in zip(ordered, ordered[1:]) if b[0] < a[1]]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_six_tasks_on_two_slots_with_four_runners_never_share_a_slot(tmp_path, monkeypatch):
+    """4 task runners (2 workers × 2) on 2 slots: every task completes, and no slot ever serves two tasks at
+    once, by the evaluator's own record (each attempt's slot and start/end times) and by the server's
+    (each instance logs its resets with their seeds and its restores between tasks)."""
+    monkeypatch.setenv("SLOT_LOG", str(tmp_path / "slots.log"))  # the server inherits it
+    server = EnvServerProcess(tmp_path, "SlotLogCartPole-v1", 2)
+    try:
+        server.start()
+        with open(tmp_path / "tasks.jsonl", "w") as f:
+            for i in range(6):
+                f.write(json.dumps({"id": f"t{i}", "env": "SlotLogCartPole-v1", "seed": 100 * i, "episodes": 2}) + "\n")
+        out = tmp_path / "results.jsonl"
+        result = run_evaluate(f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={server.spec}", "--num_workers=2",
+                              "--concurrency=2", f"--output={out}")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "6 tasks on 2 workers × 2 task runners" in result.stdout
+        assert "4 runners for 2 slots: at most 2 tasks run at once" in result.stdout
+        lines = read_results(out)
+        assert sorted(r["id"] for r in lines) == [f"t{i}" for i in range(6)]
+        assert all(r["status"] == "ok" and r["failures"] == 0 for r in lines)
+        by_slot: dict[str, list] = {}
+        for r in lines:
+            (attempt,) = r["attempts"]
+            by_slot.setdefault(attempt["slot"], []).append((attempt["started"], attempt["ended"]))
+        assert set(by_slot) == {f"127.0.0.1:{server.port}#{i}" for i in range(2)}  # both slots worked
+        assert all(not overlapping(v) for v in by_slot.values()), by_slot
+        # the server's view: between two restores of an instance, only one task's episodes (seeds 100i, 100i + 1)
+        events = [json.loads(line) for line in open(tmp_path / "slots.log")]
+        for slot in (0, 1):
+            segment, tasks_seen = [], []
+            for e in (e for e in events if e["slot"] == slot):
+                if e["event"] == "reset" and e["seed"] is not None:  # the server's own reset at startup has none
+                    segment.append(e["seed"])
+                elif e["event"] == "restore" and segment:
+                    assert len(segment) == 2 and len({s // 100 for s in segment}) == 1, (slot, segment)
+                    tasks_seen.append(segment[0] // 100)
+                    segment = []
+            assert not segment, (slot, segment)
+        assert len(tasks_seen) >= 1
+    finally:
+        server.kill()
+
+
+def write_pool_tasks(path, n: int) -> None:
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"t{i}", "needs": ["sim", "reward"], "runner": "sim_with_reward",
+                                "seed": 10 * i, "episodes": 3}) + "\n")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_two_pool_tasks_survive_a_killed_reward_server_and_match_the_in_process_run(tmp_path):
+    """Tasks that need one `sim` and one `reward` slot (pools named in the YAML), 4 runners on 2 + 2 slots:
+    no deadlock, and with one reward server killed (SIGKILL) mid-run every task still completes, retried
+    on the surviving reward server. The same tasks run inline on in-process envs give the same returns."""
+    sim = EnvServerProcess(tmp_path, "CartPole-v1", 2)
+    rewards = [EnvServerProcess(tmp_path, "SlowObsReward-v0", 1) for _ in range(2)]
+    proc = None
+    try:
+        for server in (sim, *rewards):
+            server.start()
+        pools = tmp_path / "pools.yaml"
+        pools.write_text(f"pools:\n  sim: [{sim.spec}]\n  reward: [\"{rewards[0].spec}\", "
+                         f"{{host: 127.0.0.1, port: {rewards[1].port}, capacity: 1}}]\n")
+        write_pool_tasks(tmp_path / "tasks.jsonl", 8)
+        out, log = tmp_path / "results.jsonl", tmp_path / "evaluate.log"
+        with open(log, "w") as f:
+            proc = launch.start([f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={pools}", "--num_workers=2",
+                                 "--concurrency=2", "--env_module=tests.service_envs", "--env_service_timeout=1",
+                                 "--env_service_recheck_interval=0.3", f"--output={out}"], module="sf_core.evaluate",
+                                output=f)
+        wait_for(lambda: out.exists() and len(read_results(out)) >= 1, 60, "a first result")
+        rewards[0].kill()  # both reward slots are in use nearly all the time: a task is on it
+        assert proc.wait(timeout=90) == 0, log.read_text()
+        lines = read_results(out)
+        assert sorted(r["id"] for r in lines) == [f"t{i}" for i in range(8)]
+        assert all(r["status"] == "ok" and len(r["returns"]) == 3 for r in lines), lines
+        dead, alive = f"127.0.0.1:{rewards[0].port}#0", f"127.0.0.1:{rewards[1].port}#0"
+        failed = [a for r in lines for a in r["attempts"] if a["error"]]
+        assert failed and all(a["failed_slots"] == [dead] for a in failed), failed
+        assert all(r["slots"]["reward"] == alive for r in lines if r["failures"])  # retried on the survivor
+        assert all(set(r["slots"]) == {"sim", "reward"} for r in lines)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        for server in (sim, *rewards):
+            server.kill()
+    local = tmp_path / "local.jsonl"
+    result = run_evaluate(f"--tasks={tmp_path / 'tasks.jsonl'}", "--num_workers=0", "--concurrency=2",
+                          "--env_module=tests.service_envs", "--local_pools=sim=CartPole-v1,reward=ObsReward-v0",
+                          f"--output={local}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    by_id = {r["id"]: r["returns"] for r in lines}
+    assert {r["id"]: r["returns"] for r in read_results(local)} == by_id
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_inline_and_in_process_modes_give_the_service_results(tmp_path):
+    """The same seeded tasks, random policy: worker processes on a served env, the coordinator's own
+    threads on it (--num_workers=0), and envs built in-process (no --env_service) in a worker process and
+    inline, all write the same returns."""
+    server = EnvServerProcess(tmp_path, "CartPole-v1", 2)
+    try:
+        server.start()
+        write_tasks(tmp_path / "tasks.jsonl", 5, "CartPole-v1", episodes=2)
+        runs = {"service": [f"--env_service={server.spec}", "--num_workers=2"],
+                "service_inline": [f"--env_service={server.spec}", "--num_workers=0", "--concurrency=2"],
+                "local": ["--num_workers=1", "--concurrency=2"],
+                "local_inline": ["--num_workers=0"]}
+        returns = {}
+        for name, flags in runs.items():
+            out = tmp_path / f"{name}.jsonl"
+            result = run_evaluate(f"--tasks={tmp_path / 'tasks.jsonl'}", *flags, f"--output={out}")
+            assert result.returncode == 0, result.stdout + result.stderr
+            lines = read_results(out)
+            assert all(r["status"] == "ok" for r in lines)
+            returns[name] = {r["id"]: r["returns"] for r in lines}
+        assert "inline on the coordinator" in result.stdout
+        assert len(returns["service"]) == 5
+        assert all(r == returns["service"] for r in returns.values()), returns
+    finally:
+        server.kill()
+
+
+def test_bad_pools_runners_and_needs_are_refused_before_anything_starts(tmp_path, capsys):
+    """Refused with exit code 2 and one message, before any server is asked (none runs here) or any
+    worker starts."""
+    import sf_core.evaluate
+
+    def refused(tasks: list[dict], service: str, *flags: str) -> str:
+        (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+        capsys.readouterr()
+        code = sf_core.evaluate.main([f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={service}",
+                                      "--env_module=tests.service_envs", f"--output={tmp_path / 'out.jsonl'}", *flags])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and err.startswith("sf_core.evaluate: error: "), err
+        assert not (tmp_path / "out.jsonl").exists()
+        return err
+
+    pools = tmp_path / "pools.yaml"
+    pools.write_text("pools:\n  sim: [127.0.0.1:5999*2]\n  reward: [127.0.0.1:6999*1]\n")
+    both = {"id": "a", "needs": ["sim", "reward"], "runner": "sim_with_reward", "seed": 1}
+    assert "tasks need rewrd, which no pool of" in refused([{**both, "needs": ["sim", "rewrd"]}], str(pools))
+    assert "names runner 'nope', which is not registered" in refused([{**both, "runner": "nope"}], str(pools))
+    assert "needs 2 pools (sim, reward) but names no runner" in refused([{"id": "a", "needs": ["sim", "reward"]}],
+                                                                        str(pools))
+    assert "names runner 'nope'" in refused([{"id": "a", "env": "CartPole-v1", "runner": "nope"}], "")
+    assert "pool 'reward' (--local_pools: env 'NoSuchReward-v0') cannot be built in-process" in refused(
+        [both], "", "--local_pools=sim=CartPole-v1,reward=NoSuchReward-v0")
+    (tmp_path / "empty.yaml").write_text("pools:\n  sim: [127.0.0.1:5999*2]\n  reward: []\n")
+    assert "pool 'reward' has no slots" in refused([both], str(tmp_path / "empty.yaml"))
+    (tmp_path / "twice.yaml").write_text("pools:\n  sim: [127.0.0.1:5999*2]\n  reward: [127.0.0.1:5999*1]\n")
+    assert "127.0.0.1:5999 is listed in pool 'sim' and in pool 'reward'" in refused([both], str(tmp_path / "twice.yaml"))
+    assert "--local_pools names the in-process envs" in refused([both], str(pools), "--local_pools=sim=CartPole-v1")
+
+
+def test_broker_leases_all_or_none_in_fifo_order_and_times_out_a_pool_without_healthy_slots():
+    """The slot broker alone, on its real pools (no server is contacted while every slot is healthy): a task
+    that needs two pools gets both slots or none, a later task never takes a slot an earlier waiting
+    task needs (so the two-pool task is not starved by one-pool tasks), and a pool whose every slot
+    failed fails the waiting task's attempt after --acquire_timeout, not before."""
+    from sf_core.service.env_pool import EnvPool
+    from sf_core.service.slot_broker import SlotBroker
+
+    pools = {"sim": EnvPool([("127.0.0.1:1", 0), ("127.0.0.1:1", 1)], timeout=0.5, recheck_interval=5.0),
+             "reward": EnvPool([("127.0.0.1:2", 0)], timeout=0.5, recheck_interval=5.0)}
+    broker = SlotBroker(pools, acquire_timeout=3.0)
+    try:
+        for task_id, needs in (("A", ["sim", "reward"]), ("B", ["sim"]), ("C", ["sim", "reward"]), ("D", ["sim"])):
+            broker.submit({"id": task_id, "needs": needs})
+        for worker in range(4):
+            broker.runner_ready(worker)
+        assigned, starved = broker.dispatch(0.0)
+        assert [(w, t["id"], lease) for w, t, lease in assigned] == [
+            (0, "A", {"sim": "127.0.0.1:1#0", "reward": "127.0.0.1:2#0"}), (1, "B", {"sim": "127.0.0.1:1#1"})]
+        broker.release("B", {})
+        assigned, _ = broker.dispatch(0.1)
+        assert assigned == []  # D may not take the free sim slot: C, waiting for reward, is first in line
+        assert pools["sim"].counts()["idle"] == 1 and pools["reward"].counts()["busy"] == 1
+        broker.release("A", {"reward": {"error": "ServiceTimeout: gone", "server_down": False}})
+        assigned, starved = broker.dispatch(0.2)
+        assert assigned == [] and starved == []  # C now waits for a healthy reward slot, D behind it on sim
+        assert broker.dispatch(3.1) == ([], [])  # 2.9 s without a healthy reward slot: still waiting
+        assigned, starved = broker.dispatch(3.2)
+        assert [t["id"] for t, _ in starved] == ["C"] and "no healthy slot in pool 'reward' within 3s" in starved[0][1]
+        assert [(t["id"], lease) for _, t, lease in assigned] == [("D", {"sim": "127.0.0.1:1#0"})]
+    finally:
+        broker.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_killed_worker_forfeits_its_task_and_slot_which_come_back(tmp_path):
+    """SIGKILL one of two worker processes mid-task: its task is retried by the other worker, and the slot
+    it held (in an unknown state) is health-checked, restored and leased again."""
+    import psutil
+
+    server = EnvServerProcess(tmp_path, "SlowCartPole-v1", 2)
+    proc = None
+    try:
+        server.start()
+        write_tasks(tmp_path / "tasks.jsonl", 8, "SlowCartPole-v1", episodes=3)
+        out, log = tmp_path / "results.jsonl", tmp_path / "evaluate.log"
+        with open(log, "w") as f:
+            proc = launch.start([f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={server.spec}",
+                                 "--num_workers=2", "--concurrency=1", "--env_service_recheck_interval=0.3",
+                                 f"--output={out}"], module="sf_core.evaluate", output=f)
+        wait_for(lambda: out.exists() and len(read_results(out)) >= 1, 60, "a first result")
+        workers = [p for p in psutil.Process(proc.pid).children()
+                   if any("spawn_main" in part for part in p.cmdline())]
+        assert len(workers) == 2, [p.cmdline() for p in workers]
+        workers[0].kill()  # each worker's one runner is in a task nearly all the time
+        assert proc.wait(timeout=60) == 0, log.read_text()
+        lines = read_results(out)
+        assert sorted(r["id"] for r in lines) == [f"t{i}" for i in range(8)] and all(r["status"] == "ok" for r in lines)
+        (died,) = [a for r in lines for a in r["attempts"] if a["error"]]
+        assert died["error"] == "the worker process died"
+        later = [a for r in lines for a in r["attempts"] if a["slot"] == died["slot"] and a["started"] > died["ended"]]
+        assert later, "the forfeited slot was never leased again"
+        assert "eval worker" in log.read_text() and "died" in log.read_text()
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()

@@ -1,9 +1,11 @@
-"""`python -m sf_core.evaluate --tasks=tasks.jsonl --num_workers=N --env_service=...`: run evaluation tasks
-on pooled env slots and write one result line per task (the coordinator: sf_core/service/evaluator.py)."""
+"""`python -m sf_core.evaluate --tasks=tasks.jsonl [--env_service=...] [--num_workers=N]`: run evaluation tasks
+on pooled env slots (or in-process envs) and write one result line per task (the coordinator:
+sf_core/service/evaluator.py; the plan: sf_core/service/eval_plan.py)."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
@@ -11,16 +13,8 @@ from typing import Sequence
 
 from sf_core.arguments import BOOL_EPILOG, add_bool_argument
 from sf_core.logs import setup_logging
-from sf_core.service.evaluator import (
-    EXIT_OK,
-    EXIT_USAGE,
-    Coordinator,
-    EvalError,
-    discover,
-    finished_ids,
-    load_tasks,
-    plan_workers,
-)
+from sf_core.service.eval_plan import make_plan
+from sf_core.service.evaluator import EXIT_OK, EXIT_USAGE, Coordinator, EvalError, finished_ids, load_tasks
 
 log = logging.getLogger("sf_core")
 
@@ -31,18 +25,29 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog=BOOL_EPILOG,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--tasks", required=True, help="JSONL file: one task per line (see the module doc).")
-    p.add_argument("--env_service", required=True, help="host:port*capacity,... or a YAML file (as for training).")
+    p.add_argument("--env_service", default="",
+                   help="host:port*capacity,... or a YAML file (`endpoints:` as for training, or named `pools:`); "
+                        "empty: envs are built in this machine's processes from the env registry.")
+    p.add_argument("--local_pools", default="",
+                   help="Without --env_service: pool=env,... (e.g. sim=CartPole-v1) builds each pool a task needs "
+                        "from that registered env; a pool not listed is built from the env of its own name.")
+    p.add_argument("--env_module", default="",
+                   help="Comma-separated modules to import first, here and in every worker (they call "
+                        "register_env and register_task_runner).")
     p.add_argument("--output", default="", help="Result JSONL file (default: TASKS with .results.jsonl).")
-    p.add_argument("--num_workers", type=int, default=2, help="Worker processes.")
+    p.add_argument("--num_workers", type=int, default=2,
+                   help="Worker processes; 0: the task runners are threads of the coordinator (for debugging).")
     p.add_argument("--concurrency", type=int, default=0,
-                   help="Tasks a worker runs at once; 0: the size of its smallest pool of slots.")
+                   help="Task runners per worker (threads); 0: enough for every slot to be busy, "
+                        "ceil(slots / workers), or 1 without --env_service.")
     p.add_argument("--max_task_retries", type=int, default=2, help="Retries of a task whose slot or service failed.")
     p.add_argument("--env", default="", help="Env of tasks that name none.")
     p.add_argument("--env_service_timeout", type=float, default=5.0, help="Seconds a server may take per request.")
     p.add_argument("--env_service_recheck_interval", type=float, default=1.0,
                    help="Seconds between health checks of a failed slot.")
     p.add_argument("--acquire_timeout", type=float, default=30.0,
-                   help="Seconds a task waits for a healthy slot before the attempt counts as failed.")
+                   help="Seconds a task may wait while a pool it needs has no healthy slot at all, before the "
+                        "attempt counts as failed (waiting for a busy slot is waiting in line, not limited).")
     p.add_argument("--grace_period", type=float, default=10.0,
                    help="On Ctrl-C/SIGTERM: seconds workers get to finish the tasks in hand before being killed.")
     add_bool_argument(p, "resume", False, "Skip tasks that already have a line in --output.")
@@ -59,8 +64,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        if args.num_workers < 1 or args.max_task_retries < 0:
-            raise EvalError("--num_workers must be at least 1 and --max_task_retries at least 0")
+        if args.num_workers < 0 or args.max_task_retries < 0 or args.concurrency < 0:
+            raise EvalError("--num_workers, --concurrency and --max_task_retries must be at least 0")
+        for module in filter(None, (m.strip() for m in args.env_module.split(","))):
+            try:
+                importlib.import_module(module)  # its register_env and register_task_runner calls
+            except ImportError as exc:
+                raise EvalError(f"--env_module={module}: {exc}") from None
         tasks = load_tasks(args.tasks, args.env)
         output = args.output or os.path.splitext(args.tasks)[0] + ".results.jsonl"
         if args.resume:
@@ -71,13 +81,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.remove(output)
         if not tasks:
             return EXIT_OK
-        specs = plan_workers(args, discover(args.env_service, args.env_service_timeout), {t["env"] for t in tasks})
+        plan = make_plan(args, tasks)
     except EvalError as exc:
         print(f"sf_core.evaluate: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    log.info("%d tasks on %d workers (concurrency %s); results to %s", len(tasks), len(specs),
-             ", ".join(str(s.concurrency) for s in specs), output)
-    return Coordinator(args, tasks, specs, output).run()
+    log.info("%s; results to %s", plan.describe(len(tasks)), output)
+    return Coordinator(args, tasks, plan, output).run()
 
 
 if __name__ == "__main__":

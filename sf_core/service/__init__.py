@@ -5,5 +5,7 @@ env_server    serves C instances of a registered env on one port
 remote_env    the client side: one instance behind a server, as a gymnasium.Env
 env_pool      a rollout worker's or evaluator's slots: health checks, failover, re-admission
 endpoints     --env_service: parsing, probing, and dividing slots among workers
-evaluator     the evaluation coordinator (`python -m sf_core.evaluate`) and eval_worker, its processes
+evaluator     the evaluation coordinator (`python -m sf_core.evaluate`): eval_plan (pools, checks before start),
+              eval_tasks (the task file), slot_broker (who gets which slots), eval_worker (task runner
+              threads, in worker processes or inline), task_runners (register_task_runner)
 """

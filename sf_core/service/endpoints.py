@@ -9,6 +9,12 @@ instances (slots) each serves. For bigger setups the flag names a YAML file inst
       - 127.0.0.1:5555*4                                 # the same syntax as the flag
       - {host: 10.0.0.7, port: 5555, capacity: 8}        # or spelled out
 
+or, for the evaluator, named pools (`parse_pools`), so that a task can need a slot of several:
+
+    pools:
+      sim: [127.0.0.1:5555*2]
+      reward: ["127.0.0.1:6000*1", {host: 127.0.0.1, port: 6001, capacity: 1}]
+
 Slots are numbered address by address. Workers get contiguous slices, so a worker keeps talking to the
 same few addresses; when the slots do not divide evenly, the first workers get one spare slot each,
 which their pool uses when another slot fails.
@@ -83,21 +89,51 @@ def _load_yaml(path: str) -> list[Endpoint]:
     items = data.get("endpoints") if isinstance(data, dict) else None
     if not isinstance(items, list) or not items:
         raise ServiceConfigError(f"{path}: expected a mapping with a non-empty 'endpoints' list")
-    endpoints = []
-    for n, item in enumerate(items):
-        where = f"{path}: endpoints[{n}]"
-        if isinstance(item, str):
-            endpoints.append(_parse_item(item, where))
-        elif isinstance(item, dict) and {"host", "port", "capacity"} <= set(item):
-            try:
-                endpoints.append(_endpoint(str(item["host"]), int(item["port"]), int(item["capacity"]), where))
-            except (TypeError, ValueError) as exc:
-                if isinstance(exc, ServiceConfigError):
-                    raise
-                raise ServiceConfigError(f"{where}: port and capacity must be integers") from None
-        else:
-            raise ServiceConfigError(f"{where}: expected 'host:port*capacity' or {{host, port, capacity}}, got {item!r}")
-    return endpoints
+    return [_yaml_item(item, f"{path}: endpoints[{n}]") for n, item in enumerate(items)]
+
+
+def _yaml_item(item, where: str) -> Endpoint:
+    """One YAML entry: 'host:port*capacity' or {host, port, capacity}."""
+    if isinstance(item, str):
+        return _parse_item(item, where)
+    if isinstance(item, dict) and {"host", "port", "capacity"} <= set(item):
+        try:
+            return _endpoint(str(item["host"]), int(item["port"]), int(item["capacity"]), where)
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, ServiceConfigError):
+                raise
+            raise ServiceConfigError(f"{where}: port and capacity must be integers") from None
+    raise ServiceConfigError(f"{where}: expected 'host:port*capacity' or {{host, port, capacity}}, got {item!r}")
+
+
+def parse_pools(value: str) -> dict[str, list[Endpoint]] | None:
+    """The named pools of an --env_service YAML file with a `pools:` mapping (pool name -> its endpoints,
+    each listed as under `endpoints:`), or None when the value is not such a file. An address may belong
+    to one pool only: a slot leased from two pools at once would serve two tasks."""
+    value = value.strip()
+    if not (value.endswith((".yaml", ".yml")) and os.path.isfile(value)):
+        return None
+    import yaml
+
+    with open(value, encoding="utf-8") as f:
+        data = yaml.safe_load(f)
+    if not isinstance(data, dict) or "pools" not in data:
+        return None
+    if "endpoints" in data:
+        raise ServiceConfigError(f"{value}: give either 'pools' (named pools, for the evaluator) or 'endpoints', not both")
+    if not isinstance(data["pools"], dict) or not data["pools"]:
+        raise ServiceConfigError(f"{value}: 'pools' must map pool names to lists of endpoints")
+    pools, owner = {}, {}
+    for name, items in data["pools"].items():
+        if not isinstance(items, list) or not items:
+            raise ServiceConfigError(f"{value}: pool {name!r} has no slots (give it a non-empty list of endpoints)")
+        pools[str(name)] = [_yaml_item(item, f"{value}: pools.{name}[{n}]") for n, item in enumerate(items)]
+        for e in pools[str(name)]:
+            if e.address in owner:
+                raise ServiceConfigError(f"{value}: {e.address} is listed in pool {owner[e.address]!r} and in "
+                                         f"pool {name!r}; an address belongs to one pool, with its whole capacity")
+            owner[e.address] = name
+    return pools
 
 
 def parse_service(value: str) -> list[Endpoint]:

@@ -163,6 +163,20 @@ class EnvPool:
         slot.uses += 1
         return slot
 
+    def try_acquire(self, avoid: frozenset[str] = frozenset()) -> Slot | None:
+        """`acquire` without waiting: a healthy slot, now busy, or None. For a caller that does its own
+        waiting (the evaluator's slot broker, which takes a task's slots of several pools all-or-none)."""
+        with self.cond:
+            return self._take_idle(avoid)
+
+    def untake(self, slot: Slot) -> None:
+        """Undo a `try_acquire` whose slot was never used (nothing to restore, and no use to count)."""
+        with self.cond:
+            if slot.state is SlotState.BUSY:
+                slot.state = SlotState.IDLE
+                slot.uses -= 1
+                self.cond.notify_all()
+
     def release(self, slot: Slot, restore: bool = True) -> None:
         """Give a busy slot back; with `restore`, reset its instance to its initial snapshot first."""
         if slot.state is not SlotState.BUSY:
@@ -177,10 +191,12 @@ class EnvPool:
             slot.state = SlotState.IDLE
             self.cond.notify_all()
 
-    def mark_failed(self, slot: Slot, error: Exception | str) -> None:
-        """Take a slot out of service until a health check re-admits it."""
+    def mark_failed(self, slot: Slot, error: Exception | str, server_down: bool | None = None) -> None:
+        """Take a slot out of service until a health check re-admits it. `server_down`: already known by
+        the caller (the evaluator's runner asked the server); None: found out here."""
         # a timeout on one slot: is the whole server gone, or only this instance stuck (--parallel)?
-        server_down = isinstance(error, ServiceTimeout) and not self._answers(slot.address)
+        if server_down is None:
+            server_down = isinstance(error, ServiceTimeout) and not self._answers(slot.address)
         now = time.monotonic()
         with self.cond:
             if slot.state is SlotState.STOPPED:
@@ -333,3 +349,9 @@ class PooledEnv(gym.Env):
         if self.slot is not None:
             slot, self.slot = self.slot, None
             self.pool.release(slot, restore=True)
+
+
+def server_answers(address: str) -> bool:
+    """Whether the server at `address` answers a quick ping: after a timeout, tells a dead server from a
+    stuck instance (the evaluator's runners ask, and tell the slot broker)."""
+    return EnvPool._answers(address)
