@@ -1,8 +1,16 @@
 #!/usr/bin/env python
-"""Remote-env overhead: steps/s of an env in-process against the same env behind a local env server.
+"""Env services, measured. Two phases:
 
-    python scripts/bench_env_service.py                      # CartPole-v1, 20k steps each
+    python scripts/bench_env_service.py                      # overhead: CartPole-v1, 20k steps each
     python scripts/bench_env_service.py --env=Pendulum-v1 --steps=50000
+    python scripts/bench_env_service.py --phase=training [--baseline_repo=../base]   # training on services
+
+`--phase=training` trains one rollout worker on env servers for each case of benchlib/service_training.py:
+4 slots of a simulator whose step takes --step_ms (20) on one --parallel=True server, 8 such slots over
+2 servers, and plain CartPole on 4 slots. With --baseline_repo, the same cases run from that checkout
+too (its own servers and trainer), one after the other in the same run, and the ratios are printed.
+
+The overhead phase:
 
 Both loops step with the same pre-drawn random actions and reset when an episode ends. The remote loop
 goes through `RemoteEnv` (a ZeroMQ request per step: JSON header plus the raw action, the raw observation
@@ -23,8 +31,9 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
+for path in (REPO, os.path.join(REPO, "scripts")):
+    if path not in sys.path:
+        sys.path.insert(0, path)
 
 import multiprocessing  # noqa: E402
 import statistics  # noqa: E402
@@ -100,13 +109,45 @@ def start_server(env: str) -> tuple[subprocess.Popen, int, str]:
     raise RuntimeError("env server did not start in 60 s")
 
 
+def training_phase(args: argparse.Namespace) -> int:
+    from benchlib.service_training import CASES, run_case
+
+    args.python, args.verbose = sys.executable, False
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench_env_service_") as work_dir:
+        args.work_dir = work_dir
+        for name in args.cases.split(","):
+            results.append(run_case(CASES[name], args, REPO, "ours"))
+            if args.baseline_repo:
+                results.append(run_case(CASES[name], args, os.path.abspath(args.baseline_repo), "baseline"))
+    for r in results:
+        print(json.dumps(r))
+    if args.baseline_repo:
+        fps = {(r["case"], r["build"]): r["fps"] for r in results}
+        for name in args.cases.split(","):
+            ours, base = fps.get((name, "ours")), fps.get((name, "baseline"))
+            if ours and base:
+                print(f"{name}: ours {ours:,.0f} frames/s, baseline {base:,.0f} frames/s, ratio {ours / base:.2f}")
+    return 0 if all(r["status"] == "ok" for r in results) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--phase", choices=("overhead", "training"), default="overhead")
     p.add_argument("--env", default="CartPole-v1")
     p.add_argument("--steps", type=int, default=20_000)
     p.add_argument("--repeats", type=int, default=5)
     add_bool_argument(p, "pooled", False, "Through PooledEnv (the trainer's path), not RemoteEnv.")
+    p.add_argument("--cases", default="slow_4_slots,slow_8_slots_2_servers,cartpole_4_slots",
+                   help="training phase: which cases (benchlib/service_training.py)")
+    p.add_argument("--step_ms", type=float, default=20.0, help="training phase: the slow env's step time")
+    p.add_argument("--baseline_repo", default="", help="training phase: another checkout, run in the same run")
+    p.add_argument("--seconds", type=float, default=20.0, help="training phase: timed window per case")
+    p.add_argument("--warmup", type=float, default=5.0, help="training phase: seconds before the window")
+    p.add_argument("--startup_timeout", type=float, default=90.0)
     args = p.parse_args(argv)
+    if args.phase == "training":
+        return training_phase(args)
 
     local = gym.make(args.env)
     local.action_space.seed(0)
