@@ -64,7 +64,8 @@ class Config:
         "", "env", "Envs served by env servers (python -m sf_core.env_server) instead of built in the workers: "
         "host:port*capacity,... (e.g. 127.0.0.1:5555*4,127.0.0.1:5556*4) or a YAML file listing endpoints. "
         "--env names the env they serve. The slots are divided among rollout workers in contiguous slices; "
-        "--num_envs_per_worker becomes each worker's share. See docs/env_services.md.")
+        "--num_envs_per_worker becomes each worker's share. skip:ENV (ENV = --env) serves each worker's envs "
+        "in-process through the same pool and protocol, without sockets. See docs/env_services.md.")
     env_service_timeout: float = flag(
         5.0, "env", "Seconds an env server may take to answer one request before its slot is marked failed "
         "(the episode on it is dropped and the env moves to another slot).")

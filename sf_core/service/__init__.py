@@ -2,7 +2,9 @@
 
 protocol      the wire format (a JSON header and raw array frames, never pickles)
 env_server    serves C instances of a registered env on one port
-remote_env    the client side: one instance behind a server, as a gymnasium.Env
+remote_env    the client side: one instance behind a server, as a gymnasium.Env; ServerChannel for `steps`
+batch_step    several slots stepped at once: one `steps` message per server, replies awaited together
+skip          skip mode (--env_service=skip:ENV): a socketless server in the caller's own process
 env_pool      a rollout worker's or evaluator's slots: health checks, failover, re-admission
 endpoints     --env_service: parsing, probing, and dividing slots among workers
 evaluator     the evaluation coordinator (`python -m sf_core.evaluate`): eval_plan (pools, checks before start),
