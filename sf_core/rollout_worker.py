@@ -95,7 +95,7 @@ class RolloutWorker(Component):
         cfg = self.cfg
         if is_skip(cfg.env_service):  # this worker's own envs, served in-process without sockets
             address = serve_in_process(cfg.env, cfg.num_envs_per_worker, self.seed + 10_007 * self.worker, cfg,
-                                       self.registry)
+                                       self.registry, owner=self.name)
             mine = [f"{address}#{i}" for i in range(cfg.num_envs_per_worker)]
             slots = [(address, i) for i in range(cfg.num_envs_per_worker)]
         else:

@@ -185,11 +185,26 @@ def test_skip_mode_heals_a_failing_env_as_a_service_would(tmp_path):
     """An env that raises on its (in-process) server: the slot fails, the trajectory is dropped, the
     slot is restored and re-admitted: the failure path of a real service, without one."""
     code, summary = train(tmp_path, "--env=FlakyOnce-v0", "--env_service=skip:FlakyOnce-v0",
-                          "--num_workers=1", "--num_envs_per_worker=4", "--train_for_env_steps=20000",
-                          "--serial_mode=True")
+                          "--num_workers=2", "--num_envs_per_worker=4", "--train_for_env_steps=20000",
+                          "--serial_mode=True")  # two workers in one process: each has its own instances
     assert code == 0, summary.get("error")
     assert summary["slot_faults"] == 1 and summary["slot_readmissions"] >= 1, summary
     assert summary["frames"] >= 20000
+
+
+def test_each_owner_gets_its_own_in_process_server():
+    from sf_core.service.remote_env import EnvClient, ServiceError
+    from sf_core.service.skip import in_process_server, serve_in_process, stop_in_process
+
+    a, b = serve_in_process("CartPole-v1", 2, owner="w0"), serve_in_process("CartPole-v1", 3, owner="w1")
+    try:
+        assert a != b and in_process_server(a) is not in_process_server(b)
+        assert EnvClient(b).request({"cmd": "hello"})[0]["capacity"] == 3
+    finally:
+        stop_in_process(a)
+        stop_in_process(b)
+    with pytest.raises(ServiceError, match="no in-process server"):
+        EnvClient(a).request({"cmd": "hello"})
 
 
 def test_skip_mode_names_the_env_being_trained():

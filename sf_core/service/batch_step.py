@@ -68,7 +68,8 @@ class BatchStepper:
                     results[e] = envs[e]._lose(exc)
                     del waiting[(address, index)]
         self._collect(envs, request_id, waiting, results, autoreset)
-        return [r for r in results if r is not None]
+        assert all(r is not None for r in results), "every env gets a result or its SlotLost"
+        return results  # type: ignore[return-value]
 
     def _collect(self, envs: list[PooledEnv], request_id: int, waiting: dict[tuple[str, int], int],
                  results: list, autoreset: bool) -> None:

@@ -38,11 +38,13 @@ def skip_env(value: str) -> str:
     return env
 
 
-def serve_in_process(env: str, capacity: int, seed: int = 0, cfg=None, registry=None) -> str:
-    """Build `capacity` instances of `env` behind a socketless server in this process; its address."""
+def serve_in_process(env: str, capacity: int, seed: int = 0, cfg=None, registry=None, owner: str = "") -> str:
+    """Build `capacity` instances of `env` behind a socketless server in this process; its address,
+    `skip:<env>@<owner>` (an owner, e.g. a rollout worker, has its own instances: in --serial_mode
+    several workers share one process)."""
     from sf_core.service.env_server import EnvServer
 
-    address = PREFIX + env
+    address = PREFIX + env + (f"@{owner}" if owner else "")
     server = EnvServer(env, capacity, host=None, seed=seed, registry=registry, cfg=cfg)
     with _lock:
         previous = _servers.pop(address, None)
