@@ -38,6 +38,9 @@ class EnvContext:
     # True in sf_core.enjoy: integrations that shape training (Atari's episodic life and reward
     # clipping) then play whole episodes with raw rewards
     evaluation: bool = False
+    # --env_service with named pools: one env per pool, each on a slot of it, for the factory to compose
+    # the env being trained from (sf_core/service/service_set.py); None otherwise
+    services: Mapping[str, gym.Env] | None = None
 
 
 EnvFactory = Callable[[str, Any, EnvContext], gym.Env]

@@ -24,6 +24,7 @@ from sf_core.policy_mapping import PolicyMapping
 from sf_core.sample import RowOrigin
 from sf_core.service.env_pool import EnvPool
 from sf_core.service.remote_env import ServiceError
+from sf_core.service.service_set import PoolGroup
 from sf_core.signals import NEW_TRAJECTORIES, POLICY_REQUEST, REPORT, RolloutReport, ServiceReport
 from sf_core.split_runner import EnvStepError, SplitRunner
 from sf_core.split_stepper import SplitSteppers
@@ -56,7 +57,7 @@ class RolloutWorker(Component):
         self.env_faults = 0
         self.timer: Timer | None = None
         # --env_service: this worker's slots, and splits waiting for a healthy slot (split -> since when)
-        self.pool: EnvPool | None = None
+        self.pool: EnvPool | PoolGroup | None = None
         self.steppers: SplitSteppers | None = None  # remote splits step on threads, all at once
         self.parked: dict[int, float] = {}
         self.slot_faults = 0
@@ -89,24 +90,35 @@ class RolloutWorker(Component):
             self._request(s, RowOrigin.AFTER_RESET)
 
     def _open_pool(self) -> None:
-        from sf_core.service.endpoints import parse_service, worker_slice
+        from sf_core.service.endpoints import parse_pools, parse_service, worker_slice
         from sf_core.service.skip import is_skip, serve_in_process
 
         cfg = self.cfg
-        if is_skip(cfg.env_service):  # this worker's own envs, served in-process without sockets
+        named = None if is_skip(cfg.env_service) else parse_pools(cfg.env_service)
+        if named is not None:  # one slot of every pool per env (sf_core/service/service_set.py)
+            pools, mine = {}, []
+            for name, endpoints in named.items():
+                sliced = worker_slice(endpoints, cfg.num_workers, self.worker)
+                pools[name] = self._env_pool([(f"{s.host}:{s.port}", s.index) for s in sliced], None)
+                mine += [f"{name}: {s}" for s in sliced]
+            self.pool = PoolGroup(pools)
+        elif is_skip(cfg.env_service):  # this worker's own envs, served in-process without sockets
             address = serve_in_process(cfg.env, cfg.num_envs_per_worker, self.seed + 10_007 * self.worker, cfg,
                                        self.registry, owner=self.name)
             mine = [f"{address}#{i}" for i in range(cfg.num_envs_per_worker)]
-            slots = [(address, i) for i in range(cfg.num_envs_per_worker)]
+            self.pool = self._env_pool([(address, i) for i in range(cfg.num_envs_per_worker)], cfg.env)
         else:
             sliced = worker_slice(parse_service(cfg.env_service), cfg.num_workers, self.worker)
-            mine, slots = [str(s) for s in sliced], [(f"{s.host}:{s.port}", s.index) for s in sliced]
-        self.pool = EnvPool(slots, cfg.env, cfg.env_service_timeout, cfg.env_service_recheck_interval)
+            mine = [str(s) for s in sliced]
+            self.pool = self._env_pool([(f"{s.host}:{s.port}", s.index) for s in sliced], cfg.env)
         self.pool.describe(timeout=cfg.env_service_timeout)
         self.retry_timer = Timer(self.event_loop, cfg.env_service_recheck_interval,
                                  object_id=f"{self.name}_slot_retry_timer")
         self.retry_timer.timeout.connect(self.retry_parked)
         log.info("%s: %d env slots (%s%s)", self.name, len(mine), ", ".join(mine[:8]), ", ..." if len(mine) > 8 else "")
+
+    def _env_pool(self, slots: list[tuple[str, int]], env: str | None) -> EnvPool:
+        return EnvPool(slots, env, self.cfg.env_service_timeout, self.cfg.env_service_recheck_interval)
 
     def _is_slot_failure(self, exc: BaseException) -> bool:
         return self.pool is not None and isinstance(exc.__cause__, ServiceError)
@@ -324,7 +336,7 @@ class RolloutWorker(Component):
             self.pool.close()
             from sf_core.service.skip import is_skip, stop_in_process
 
-            if is_skip(self.cfg.env_service):
+            if isinstance(self.pool, EnvPool) and is_skip(self.cfg.env_service):
                 stop_in_process(self.pool.slots[0].address)
         for runner in self.runners:
             runner.close()

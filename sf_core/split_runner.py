@@ -10,6 +10,7 @@ Neither waits for anything itself: the RolloutWorker decides when a split may st
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from typing import Any, Callable
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from algo.observations import ObsWriter
 from sf_core.service.env_pool import EnvPool, PooledEnv
+from sf_core.service.service_set import PoolGroup, ServiceSet, ServiceSetEnv
 from envs.registry import EnvContext, EnvRegistry
 from sf_core.buffers import BufferLayout, TrajectoryBuffers
 from sf_core.config import Config
@@ -48,7 +50,7 @@ def env_action_converter(space: gym.Space) -> Callable[[np.ndarray], Any]:
 
 class SplitRunner:
     def __init__(self, cfg: Config, worker: int, split: int, registry: EnvRegistry, buffers: TrajectoryBuffers,
-                 layout: BufferLayout, seed: int, pool: EnvPool | None = None,
+                 layout: BufferLayout, seed: int, pool: EnvPool | PoolGroup | None = None,
                  mapping: PolicyMapping | str = "auto"):
         self._args = (cfg, worker, split, registry, buffers, layout, seed, pool, mapping)
         self.pool = pool
@@ -94,7 +96,12 @@ class SplitRunner:
 
     # ---------------------------------------------------------------- what a kind of runner defines
     def make_env(self, registry: EnvRegistry, ctx: EnvContext):
-        if self.pool is not None:  # --env_service: envs on the worker's slots; the worker waits, not reset()
+        # --env_service: envs on the worker's slots; the worker waits, not reset()
+        if isinstance(self.pool, PoolGroup):  # named pools: the registered env composes one slot of each
+            services = ServiceSet(self.pool)
+            composed = registry.make(self.cfg.env, self.cfg, dataclasses.replace(ctx, services=services.envs))
+            return ServiceSetEnv(composed, services, acquire_timeout=0.0)
+        if self.pool is not None:
             return PooledEnv(self.pool, acquire_timeout=0.0)
         return registry.make(self.cfg.env, self.cfg, ctx)
 

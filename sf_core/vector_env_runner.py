@@ -16,14 +16,15 @@ from typing import Any, Iterable
 import numpy as np
 
 from sf_core.service.batch_step import BatchStepper, StepResult
-from sf_core.service.env_pool import SlotLost
+from sf_core.service.env_pool import EnvPool, SlotLost
 from sf_core.split_runner import EnvStepError, SplitRunner
 
 
 class VectorEnvRunner(SplitRunner):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.batch = BatchStepper(self.cfg.env_service_timeout) if self.pool is not None else None
+        # one pool of served envs: their steps go out together (composed envs of named pools step one by one)
+        self.batch = BatchStepper(self.cfg.env_service_timeout) if isinstance(self.pool, EnvPool) else None
 
     def reset(self, slot: int) -> None:
         self.begin(slot)

@@ -225,10 +225,12 @@ def probe_spaces(cfg: Config, registry: EnvRegistry, seed: int) -> tuple[gym.Spa
 
 def _probe_service_spaces(cfg: Config, registry: EnvRegistry) -> tuple[gym.Space, gym.Space, int]:
     """--env_service: every server must answer, serve --env with the capacity the flag lists; the
-    spaces come from their description (the trainer does not need the env's code)."""
-    from sf_core.service.endpoints import ServiceConfigError, check_training_endpoints, parse_service
+    spaces come from their description (the trainer does not need the env's code). With named pools,
+    --env is the registered composition of their envs, built once on one slot of each."""
+    from sf_core.service.endpoints import ServiceConfigError, check_training_endpoints, parse_pools, parse_service
     from sf_core.service.protocol import space_from_json
-    from sf_core.service.remote_env import EnvClient, close_context, hello
+    from sf_core.service.remote_env import EnvClient, ServiceError, close_context, hello
+    from sf_core.service.service_set import probe_composed_spaces
     from sf_core.service.skip import is_skip, serve_in_process, stop_in_process
 
     if is_skip(cfg.env_service):  # asked through the protocol, as a rollout worker will ask its own server
@@ -239,8 +241,12 @@ def _probe_service_spaces(cfg: Config, registry: EnvRegistry) -> tuple[gym.Space
             stop_in_process(address)
         return space_from_json(d["observation_space"]), space_from_json(d["action_space"]), 1
     try:
+        named = parse_pools(cfg.env_service)
+        if named is not None:  # the env is composed from one slot of each pool: built once here
+            obs_space, action_space = probe_composed_spaces(cfg, registry, named)
+            return obs_space, action_space, 1
         d = check_training_endpoints(parse_service(cfg.env_service), cfg.env, cfg.env_service_timeout)
-    except ServiceConfigError as exc:
+    except (ServiceConfigError, ServiceError) as exc:
         raise ConfigError(f"--env_service: {exc}") from None
     finally:
         close_context()  # no ZeroMQ I/O threads in a process about to fork the workers

@@ -9,7 +9,8 @@ instances (slots) each serves. For bigger setups the flag names a YAML file inst
       - 127.0.0.1:5555*4                                 # the same syntax as the flag
       - {host: 10.0.0.7, port: 5555, capacity: 8}        # or spelled out
 
-or, for the evaluator, named pools (`parse_pools`), so that a task can need a slot of several:
+or named pools (`parse_pools`), so that an evaluation task, or an env being trained, can need a slot of
+several (sf_core/service/service_set.py):
 
     pools:
       sim: [127.0.0.1:5555*2]
@@ -120,7 +121,7 @@ def parse_pools(value: str) -> dict[str, list[Endpoint]] | None:
     if not isinstance(data, dict) or "pools" not in data:
         return None
     if "endpoints" in data:
-        raise ServiceConfigError(f"{value}: give either 'pools' (named pools, for the evaluator) or 'endpoints', not both")
+        raise ServiceConfigError(f"{value}: give either 'pools' (named pools) or 'endpoints', not both")
     if not isinstance(data["pools"], dict) or not data["pools"]:
         raise ServiceConfigError(f"{value}: 'pools' must map pool names to lists of endpoints")
     pools, owner = {}, {}
@@ -190,11 +191,7 @@ def apply_to_training(values: dict, typed: set[str]) -> None:
     if is_skip(values["env_service"]):
         check_skip(values["env_service"], values["env"])
         return
-    endpoints = parse_service(values["env_service"])
-    workers = values["num_workers"]
-    share = envs_per_worker(endpoints, workers)
-    total = sum(e.capacity for e in endpoints)
-    arithmetic = f"{describe(endpoints)} = {total} slots // {workers} workers = {share} envs per worker"
+    share, arithmetic = training_share(values["env_service"], values["num_workers"])
     if "num_envs_per_worker" in typed and values["num_envs_per_worker"] != share:
         raise ServiceConfigError(
             f"--num_envs_per_worker={values['num_envs_per_worker']} contradicts --env_service: {arithmetic}; "
@@ -207,6 +204,22 @@ def apply_to_training(values: dict, typed: set[str]) -> None:
                 f"--worker_num_splits={splits} does not divide the envs per worker: {arithmetic}, "
                 f"not divisible by {splits}")
         values["worker_num_splits"] = max(d for d in range(1, splits + 1) if share % d == 0)
+
+
+def training_share(value: str, workers: int) -> tuple[int, str]:
+    """Each rollout worker's envs under --env_service=value, and the arithmetic. With named pools an env
+    holds one slot of every pool, so a worker runs as many envs as its smallest share of a pool."""
+    named = parse_pools(value)
+    if named is None:
+        endpoints = parse_service(value)
+        share = envs_per_worker(endpoints, workers)
+        total = sum(e.capacity for e in endpoints)
+        return share, f"{describe(endpoints)} = {total} slots // {workers} workers = {share} envs per worker"
+    shares = {name: envs_per_worker(endpoints, workers) for name, endpoints in named.items()}
+    share = min(shares.values())
+    parts = [f"pool {name}: {sum(e.capacity for e in named[name])} slots // {workers} workers = {n}"
+             for name, n in shares.items()]
+    return share, f"one slot of every pool per env ({'; '.join(parts)}) = {share} envs per worker"
 
 
 def check_skip(value: str, env: str) -> None:
@@ -274,11 +287,9 @@ def check_training_flags(cfg) -> None:
         if is_skip(cfg.env_service):
             check_skip(cfg.env_service, cfg.env)
             return
-        endpoints = parse_service(cfg.env_service)
-        share = envs_per_worker(endpoints, cfg.num_workers)
+        share, arithmetic = training_share(cfg.env_service, cfg.num_workers)
     except ServiceConfigError as exc:
         raise ConfigError(str(exc)) from None
     if cfg.num_envs_per_worker != share:  # parse_args sets it; a Config built in Python may not
         raise ConfigError(f"--num_envs_per_worker={cfg.num_envs_per_worker} must be each worker's share of "
-                          f"--env_service: {sum(e.capacity for e in endpoints)} slots // "
-                          f"{cfg.num_workers} workers = {share}")
+                          f"--env_service: {arithmetic}")
