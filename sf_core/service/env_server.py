@@ -3,8 +3,9 @@
 Clients (sf_core/service/remote_env.py) talk to it over ZeroMQ (a ROUTER socket here, REQ or DEALER sockets
 there) with the format in sf_core/service/protocol.py: a JSON header and raw array frames, never pickles. Every
 request names an instance (its slot), except `steps`, which names several: it is answered with one reply per
-slot, each sent as soon as its instance has stepped, so one slow instance delays only its own answer. A request that is malformed, truncated or too big is answered with an error and
-the server carries on; an env that raises marks only its instance broken until a `restore` rebuilds it.
+slot, each sent as soon as its instance has stepped, so one slow instance delays only its own answer. A
+request that is malformed, truncated or too big is answered with an error and the server carries on; an env
+that raises marks only its instance broken until a `restore` rebuilds it.
 
 By default the server answers one request at a time: the least overhead for envs written in Python. With
 --parallel=True each instance has its own thread, so instances step at the same time when the env
