@@ -72,13 +72,12 @@ def test_a_failing_service_lets_go_of_the_whole_set(pools):
     env = ServiceSetEnv(SimWithReward(services.envs), services, acquire_timeout=1.0)
     env.reset(seed=0)
     env.step(0)
-    reward_slot = services.envs["reward"].slot
-    pools.pools["reward"].mark_failed(reward_slot, "the reward server crashed", server_down=False)
-    services.envs["reward"].slot.suspect = True  # its holder fails at its next call, as after a timeout
+    stop_in_process(services.envs["reward"].slot.address)  # the reward server is gone
     with pytest.raises(SlotLost):
         env.step(0)
     counts = pools.pools["sim"].counts()
     assert counts["idle"] == 2 and counts["busy"] == 0, "the sim slot was not given back with the set"
+    assert pools.pools["reward"].counts()["error"] == 1
     with pytest.raises(PoolTimeout):  # no healthy reward slot: no set, and nothing held meanwhile
         env.reset(seed=1)
     assert pools.pools["sim"].counts()["idle"] == 2

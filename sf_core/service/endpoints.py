@@ -250,22 +250,30 @@ def probe(endpoints: list[Endpoint], timeout: float) -> tuple[dict[str, dict], l
     return answers, silent
 
 
+def answers_with_capacity(endpoints: list[Endpoint], timeout: float, hint: str = "") -> dict[str, dict]:
+    """Every address's hello, by address; ServiceConfigError if one does not answer within `timeout`
+    (followed by `hint`) or has fewer slots than listed."""
+    answers, silent = probe(endpoints, timeout)
+    if silent:
+        raise ServiceConfigError(f"env servers did not answer: {'; '.join(silent)}{hint}")
+    for e in endpoints:
+        if answers[e.address]["capacity"] < e.capacity:
+            raise ServiceConfigError(f"--env_service lists {e} but that server has only "
+                                     f"{answers[e.address]['capacity']} slots")
+    return answers
+
+
 def check_training_endpoints(endpoints: list[Endpoint], env: str, timeout: float) -> dict:
     """Before training: every address answers, serves `env` with the same spaces and has the capacity the
     flag claims. Returns one server's description; raises ServiceConfigError naming what is wrong."""
-    answers, silent = probe(endpoints, timeout)
-    if silent:
-        first = endpoints[0]
-        raise ServiceConfigError(f"env servers did not answer: {'; '.join(silent)}; start them first, e.g. "
-                                 f"python -m sf_core.env_server --env={env} --port={first.port} "
-                                 f"--capacity={first.capacity}")
+    first = endpoints[0]
+    answers = answers_with_capacity(endpoints, timeout, f"; start them first, e.g. python -m sf_core.env_server "
+                                                        f"--env={env} --port={first.port} --capacity={first.capacity}")
     reference = None
     for e in endpoints:
         d = answers[e.address]
         if d["env"] != env:
             raise ServiceConfigError(f"{e.address} serves {d['env']!r}, but --env={env}")
-        if d["capacity"] < e.capacity:
-            raise ServiceConfigError(f"--env_service lists {e} but that server has only {d['capacity']} slots")
         spaces = (d["observation_space"], d["action_space"])
         if reference is None:
             reference = d

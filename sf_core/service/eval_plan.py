@@ -17,7 +17,14 @@ from dataclasses import dataclass
 
 from envs.registry import registry_snapshot
 from sf_core.config import ConfigError
-from sf_core.service.endpoints import Endpoint, ServiceConfigError, describe, parse_pools, parse_service, probe
+from sf_core.service.endpoints import (
+    Endpoint,
+    ServiceConfigError,
+    answers_with_capacity,
+    describe,
+    parse_pools,
+    parse_service,
+)
 from sf_core.service.env_pool import EnvPool
 from sf_core.service.eval_tasks import EvalError, check_tasks
 from sf_core.service.eval_worker import WorkerSpec
@@ -83,16 +90,11 @@ def service_pools(value: str, timeout: float, tasks: list[dict], runners: set[st
             endpoints = [e for pool in named.values() for e in pool]
         else:
             endpoints = parse_service(value)
-        answers, silent = probe(endpoints, timeout)
+        answers = answers_with_capacity(endpoints, timeout)
     except ServiceConfigError as exc:
         raise EvalError(str(exc)) from None
     finally:
         close_context()  # the workers are started next
-    if silent:
-        raise EvalError("env servers did not answer: " + "; ".join(silent))
-    for e in endpoints:
-        if answers[e.address]["capacity"] < e.capacity:
-            raise EvalError(f"--env_service lists {e} but that server has only {answers[e.address]['capacity']} slots")
     if named is None:
         named = {}
         for e in endpoints:

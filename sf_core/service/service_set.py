@@ -120,17 +120,12 @@ class ServiceSetEnv(gym.Wrapper):
 
 def probe_composed_spaces(cfg, registry, named: dict[str, list]) -> tuple[gym.Space, gym.Space]:
     """Before training on named pools: every address answers and has the capacity listed, and the env
-    being trained, composed once on one slot of each pool, gives the spaces. ServiceError if not."""
+    being trained, composed once on one slot of each pool, gives the spaces. ServiceConfigError or
+    ServiceError if not."""
     from envs.registry import EnvContext
-    from sf_core.service.endpoints import probe
+    from sf_core.service.endpoints import answers_with_capacity
 
-    endpoints = [e for pool in named.values() for e in pool]
-    answers, silent = probe(endpoints, cfg.env_service_timeout)
-    if silent:
-        raise ServiceError(f"env servers did not answer: {'; '.join(silent)}")
-    for e in endpoints:
-        if answers[e.address]["capacity"] < e.capacity:
-            raise ServiceError(f"{e} is listed but that server has only {answers[e.address]['capacity']} slots")
+    answers_with_capacity([e for pool in named.values() for e in pool], cfg.env_service_timeout)
     group = PoolGroup({name: EnvPool([(e.address, i) for e in pool for i in range(e.capacity)], None,
                                      cfg.env_service_timeout) for name, pool in named.items()})
     try:
