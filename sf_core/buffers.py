@@ -145,10 +145,10 @@ class DatasetBuffers:
     the rows the learner trains on (`SampleField.rows`). The batcher fills one while the learner trains on
     another."""
 
-    def __init__(self, buffers: TrajectoryBuffers, num_trajectories: int, count: int = 2):
+    def __init__(self, spaces: SampleSpaces, rollout: int, num_trajectories: int, count: int = 2):
         self.datasets = []
         for _ in range(count):
-            batch = batch_tensors(buffers.spaces, buffers.layout.rollout, num_trajectories)
+            batch = batch_tensors(spaces, rollout, num_trajectories)
             self.datasets.append({key: t.share_memory_() for key, t in batch.items()})
 
     def __len__(self) -> int:

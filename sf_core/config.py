@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-GROUPS = ("experiment", "env", "rollout", "learning", "policies", "model", "logging", "system")
+GROUPS = ("experiment", "env", "rollout", "learning", "policies", "model", "logging", "system", "cluster")
 
 
 class ConfigError(ValueError):
@@ -236,6 +236,20 @@ class Config:
     heartbeat_timeout: float = flag(60.0, "system", "Seconds a component may go without a heartbeat before the run stops, naming it.")
     sampling_only: bool = flag(False, "system", "Benchmarking: sample with inference but skip SGD (no learning).")
 
+    # --- cluster (docs/distributed.md)
+    ray_address: str = flag(
+        "", "cluster", "Sample on a Ray cluster: auto (the cluster this machine belongs to), HOST:PORT (its head), "
+        "or local (start one on this machine). Empty: this machine only, without Ray.")
+    num_samplers: int = flag(
+        0, "cluster", "Sampler actors (each runs the rollout and inference workers these flags describe on "
+        "one node); 0: one per node of the cluster.")
+    shards_in_flight: int = flag(
+        2, "cluster", "Shards (one learner dataset each) a sampler may have ready or under way before the learner "
+        "takes one: bounds policy lag across nodes.")
+    sampler_cpus: float = flag(1.0, "cluster", "Ray CPUs each sampler reserves (its placement bundle).")
+    max_sampler_restarts: int = flag(
+        20, "cluster", "Samplers replaced after a crash or a lost node before training stops.")
+
     # ----------------------------------------------------------------------------------------------
     def dataset_size(self) -> int:
         """Samples the learner consumes per training iteration."""
@@ -297,6 +311,10 @@ class Config:
             from sf_core.service.endpoints import check_training_flags
 
             check_training_flags(self)
+        if self.ray_address:
+            from sf_core.cluster.flags import check_cluster_flags
+
+            check_cluster_flags(self)
 
     def _validate_recurrence(self) -> None:
         if self.recurrence == 0 or self.recurrence < -1:
@@ -356,24 +374,10 @@ class Config:
         if self.num_policies > 1 and not self.async_rl:
             raise ConfigError("--async_rl=False trains one policy: with several, a trajectory slot holds rows of "
                               "several policies and cannot wait for all of their learners; use --async_rl=True")
-        if not self.with_pbt:
-            return
-        if self.num_policies < 2:
-            raise ConfigError(f"--with_pbt needs a population: --num_policies must be at least 2, got {self.num_policies}")
-        if not 0.0 < self.pbt_replace_fraction <= 0.5:
-            raise ConfigError(f"--pbt_replace_fraction must be in (0, 0.5], got {self.pbt_replace_fraction}")
-        if not 0.0 <= self.pbt_mutation_rate <= 1.0:
-            raise ConfigError(f"--pbt_mutation_rate must be in [0, 1], got {self.pbt_mutation_rate}")
-        if not 1.0 <= self.pbt_perturb_min <= self.pbt_perturb_max:
-            raise ConfigError(f"--pbt_perturb_min/max must satisfy 1 <= min <= max, got "
-                              f"{self.pbt_perturb_min}, {self.pbt_perturb_max}")
-        if self.pbt_period_env_steps < 1:
-            raise ConfigError(f"--pbt_period_env_steps must be at least 1, got {self.pbt_period_env_steps}")
-        numeric = NUMERIC_LEARNING_FLAGS
-        unknown = [name for name in self.pbt_hyperparams if name not in numeric]
-        if unknown:
-            raise ConfigError(f"--pbt_hyperparams: {', '.join(unknown)} cannot be mutated; choose among the numeric "
-                              f"learning flags: {', '.join(sorted(numeric))}")
+        if self.with_pbt:
+            from sf_core.pbt import check_pbt_flags
+
+            check_pbt_flags(self)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from sf_core.config import Config
+from sf_core.config import NUMERIC_LEARNING_FLAGS, Config, ConfigError
 
 log = logging.getLogger("sf_core")
 
@@ -29,6 +29,26 @@ BOUNDED_BY_ONE = frozenset({"gamma", "gae_lambda", "adam_beta1", "adam_beta2"})
 BOUND_MARGIN = 1e-6  # how close to 0 or 1 a mutated bounded value may get
 GAP_EPS = 1e-6  # keeps the relative gap meaningful when the best objective is 0
 STATE_VERSION = 1
+
+
+def check_pbt_flags(cfg: Config) -> None:
+    """--with_pbt: the population and the mutation flags can work."""
+    if cfg.num_policies < 2:
+        raise ConfigError(f"--with_pbt needs a population: --num_policies must be at least 2, got {cfg.num_policies}")
+    if not 0.0 < cfg.pbt_replace_fraction <= 0.5:
+        raise ConfigError(f"--pbt_replace_fraction must be in (0, 0.5], got {cfg.pbt_replace_fraction}")
+    if not 0.0 <= cfg.pbt_mutation_rate <= 1.0:
+        raise ConfigError(f"--pbt_mutation_rate must be in [0, 1], got {cfg.pbt_mutation_rate}")
+    if not 1.0 <= cfg.pbt_perturb_min <= cfg.pbt_perturb_max:
+        raise ConfigError(f"--pbt_perturb_min/max must satisfy 1 <= min <= max, got "
+                          f"{cfg.pbt_perturb_min}, {cfg.pbt_perturb_max}")
+    if cfg.pbt_period_env_steps < 1:
+        raise ConfigError(f"--pbt_period_env_steps must be at least 1, got {cfg.pbt_period_env_steps}")
+    numeric = NUMERIC_LEARNING_FLAGS
+    unknown = [name for name in cfg.pbt_hyperparams if name not in numeric]
+    if unknown:
+        raise ConfigError(f"--pbt_hyperparams: {', '.join(unknown)} cannot be mutated; choose among the numeric "
+                          f"learning flags: {', '.join(sorted(numeric))}")
 
 
 @dataclass(frozen=True)

@@ -121,8 +121,14 @@ class Runner(Component):
             log.info("this %s computes bfloat16 in hardware: --mixed_precision=True trains up to ~2x faster where "
                      "the learner is the bottleneck (docs/performance.md)", kind)
         versions = [state["version"] if state else 0 for state in states]
-        self.topology = build_components(Setup(cfg, self.registry, obs_space, action_space, models, versions, device,
-                                               seed, population.dirs, population.resume_from, agents_per_env), self)
+        setup = Setup(cfg, self.registry, obs_space, action_space, models, versions, device, seed, population.dirs,
+                      population.resume_from, agents_per_env)
+        if cfg.ray_address:  # the learner here, the samplers on the cluster's nodes
+            from sf_core.cluster.driver import build_driver_components
+
+            self.topology = build_driver_components(setup, self)
+        else:
+            self.topology = build_components(setup, self)
 
     @property
     def resumed(self) -> dict | None:

@@ -116,7 +116,20 @@ class LearnerReport:
     stats: dict[str, float] = field(default_factory=dict)  # the graph's *_stats outputs, and the learning rate
 
 
-Report = RolloutReport | InferenceReport | LearnerReport
+@dataclass
+class SamplerReport:
+    """--ray_address: a shard of sampler `sampler` (its `incarnation`-th start) reached the learner, or the
+    sampler started or was lost (`event`), on Ray node `node`."""
+
+    sampler: int
+    incarnation: int
+    node: str
+    frames: int  # env frames its workers reported with this shard
+    event: str = "shard"  # shard, started, lost
+    detail: str = ""  # why it was lost
+
+
+Report = RolloutReport | InferenceReport | LearnerReport | SamplerReport
 
 
 # ------------------------------------------------------------------------------- the data flow, in order
@@ -189,6 +202,13 @@ def _slots_freed(slots: list[int]) -> None:
 SLOTS_FREED = RoutedSignal("slots_freed", _slots_freed, "batcher", "rollout worker w")
 
 
+def _shard_taken() -> None:
+    """--ray_address: the driver took a shard from this sampler's outbox: there is room for the next."""
+
+
+SHARD_TAKEN = Signal("shard_taken", _shard_taken, "a sampler's Ray call thread", "the sampler's shard emitter")
+
+
 def _save_checkpoint(runner_state: dict, is_best: bool) -> None:
     """Save a checkpoint now, with the runner's counters and this policy's statistics in it (periodically
     and at every stop)."""
@@ -234,5 +254,5 @@ STOP = Signal("stop", _stop, "runner", "every component")
 
 
 ALL: tuple[Signal, ...] = (POLICY_REQUEST, FLUSH_REQUESTS, ADVANCE, ENVS_STEPPED, NEW_TRAJECTORIES, BATCH_READY,
-                           BATCH_CONSUMED, SLOTS_FREED, SAVE_CHECKPOINT, PBT_REPLACE, CHECKPOINT_SAVED, REPORT,
+                           BATCH_CONSUMED, SLOTS_FREED, SHARD_TAKEN, SAVE_CHECKPOINT, PBT_REPLACE, CHECKPOINT_SAVED, REPORT,
                            COMPONENT_ERROR, STOP)

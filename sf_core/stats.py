@@ -8,7 +8,8 @@ from collections import deque
 
 import numpy as np
 
-from sf_core.signals import InferenceReport, LearnerReport, Report, RolloutReport
+from sf_core.cluster.cluster_stats import ClusterStats
+from sf_core.signals import InferenceReport, LearnerReport, Report, RolloutReport, SamplerReport
 from sf_core.win_rates import WinRates
 
 log = logging.getLogger("sf_core")
@@ -75,6 +76,7 @@ class TrainingStats:
         self.slot_faults = 0
         self.slot_readmissions = 0
         self.interrupted_episodes = 0
+        self.cluster: ClusterStats | None = None  # --ray_address: frames per node, samplers lost and restarted
         self.previous_seconds: float = 0.0  # training time of earlier sessions of a resumed experiment
         # how many components share each kind of work, to turn busy seconds into a busy fraction
         self.component_counts = component_counts or {"env_step": 1, "inference": 1, "learner": 1}
@@ -99,6 +101,9 @@ class TrainingStats:
             self.policy_version = max(p.version for p in self.policies)
             if len(self.policies) == 1:  # several: each policy's are in its own section
                 self.learner = report.stats
+        elif isinstance(report, SamplerReport):  # --ray_address
+            self.cluster = self.cluster or ClusterStats()
+            self.cluster.add(report)
         else:
             raise TypeError(f"unknown report {report!r}")
 
@@ -216,6 +221,7 @@ class TrainingStats:
             "final_learner_stats": dict(self.learner),
             "agent_mean_returns": self.agent_mean_returns(),
             **self.policy_summary(),
+            **({"cluster": self.cluster.summary()} if self.cluster else {}),
         }
 
     def policy_summary(self) -> dict:
@@ -254,6 +260,8 @@ class TrainingStats:
                 w.add_scalar(f"episode/return_agent_{agent}", mean, step)
         w.add_scalar("faults/env_restarts", self.env_faults, step)
         w.add_scalar("faults/worker_restarts", self.worker_restarts, step)
+        if self.cluster:
+            self.cluster.write(w, step)
         if self.service:
             for key, value in self.service_totals().items():
                 w.add_scalar(f"service/{key}", value, step)
@@ -305,7 +313,9 @@ class TrainingStats:
         now, (then, before) = time.time(), self.busy_snapshot
         self.busy_snapshot = (now, dict(self.seconds))
         wall = max(now - then, 1e-6)
-        return {kind: (self.seconds[kind] - before[kind]) / (wall * self.component_counts[kind])
+        samplers = max(1, self.cluster.live_samplers()) if self.cluster else 1  # --ray_address: workers × samplers
+        copies = {"env_step": samplers, "inference": samplers, "learner": 1}
+        return {kind: (self.seconds[kind] - before[kind]) / (wall * self.component_counts[kind] * copies[kind])
                 for kind in self.seconds}
 
     def bottleneck_hint(self) -> str:
@@ -324,7 +334,8 @@ class TrainingStats:
         line = (f"[{self.elapsed():6.1f}s] frames {self.frames:,} | fps {self.fps():,.0f} | "
                 f"return {ret} (last {len(self.returns)} of {self.num_episodes} episodes) | "
                 f"policy v{self.policy_version} lag {lag:.1f} | trained {self.samples_trained:,} | "
-                f"{self.bottleneck_hint()}" + (self.service_line() if self.service else ""))
+                f"{self.bottleneck_hint()}" + (self.service_line() if self.service else "")
+                + (self.cluster.line() if self.cluster else ""))
         if len(self.policies) > 1:
             means = [p.mean_return() for p in self.policies]
             line += " | per policy: " + ", ".join(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import queue
 import sys
 from dataclasses import dataclass, field
 from typing import Callable
@@ -27,6 +28,7 @@ from sf_core import policy_mapping
 from sf_core import signals as sig
 from sf_core.batcher import Batcher, batcher_name
 from sf_core.buffers import BufferLayout, DatasetBuffers, SharedWeights, TrajectoryBuffers, make_lock
+from sf_core.cluster.shard_emitter import ShardEmitter
 from sf_core.component import Component, ComponentProcess, Routing
 from sf_core.config import Config, ConfigError
 from sf_core.control import ControlBlock
@@ -59,7 +61,7 @@ class PolicyComponents:
 
     inference: list[InferenceWorker]
     batcher: Batcher
-    learner: Learner
+    learner: Learner | ShardEmitter  # on a cluster node, the sampler's shard emitter takes the learner's place
 
 
 def start_method(requested: str, device: str) -> str:
@@ -72,11 +74,13 @@ def start_method(requested: str, device: str) -> str:
     return "spawn"
 
 
-def component_names(cfg: Config) -> list[str]:
+def component_names(cfg: Config, sampler: bool = False) -> list[str]:
+    """Every component's name (a heartbeat each); a cluster node's sampler emits shards instead of learning."""
     n = cfg.num_policies
+    learners = ["shard_emitter"] if sampler else [learner_name(p, n) for p in range(n)]
     return ([inference_worker_name(p, i, n) for p in range(n) for i in range(cfg.policy_workers_per_policy)]
             + [f"rollout_worker_{w}" for w in range(cfg.num_workers)]
-            + [name for p in range(n) for name in (learner_name(p, n), batcher_name(p, n))])
+            + learners + [batcher_name(p, n) for p in range(n)])
 
 
 @dataclass
@@ -96,13 +100,15 @@ class Setup:
     agents_per_env: int = 1
 
 
-def build_components(setup: Setup, runner: Component) -> Topology:
+def build_components(setup: Setup, runner: Component, outbox: queue.Queue | None = None) -> Topology:
+    """The run's components. With an `outbox` they are a cluster node's sampler (sf_core/cluster/sampler.py):
+    no learner; each dataset becomes a shard in the outbox."""
     cfg = setup.cfg
     ctx = multiprocessing.get_context(start_method(cfg.mp_start_method, setup.device))
     layout = BufferLayout.from_config(cfg, setup.agents_per_env)
     spec = setup.models[0].spec
     buffers = TrajectoryBuffers(layout, SampleSpaces(setup.obs_space, setup.action_space, setup.models[0].rnn_state_size))
-    control = ControlBlock(None if cfg.serial_mode else component_names(cfg))
+    control = ControlBlock(None if cfg.serial_mode else component_names(cfg, sampler=outbox is not None))
     topology = Topology(control=control)
     for model, version in zip(setup.models, setup.versions):
         topology.weights.append(SharedWeights(model, make_lock(cfg.serial_mode, ctx)))
@@ -128,7 +134,7 @@ def build_components(setup: Setup, runner: Component) -> Topology:
             shared[group] = proc
         return proc.event_loop, proc
 
-    policies = [_build_policy(setup, p, buffers, layout, topology, control, host, runner, spec)
+    policies = [_build_policy(setup, p, buffers, layout, topology, control, host, runner, spec, outbox)
                 for p in range(cfg.num_policies)]
     mapping = policy_mapping.resolve(cfg.policy_mapping)
     workers = []
@@ -148,7 +154,8 @@ def build_components(setup: Setup, runner: Component) -> Topology:
 
 
 def _build_policy(setup: Setup, p: int, buffers: TrajectoryBuffers, layout: BufferLayout, topology: Topology,
-                  control: ControlBlock, host: Callable, runner: Component, spec: ModelSpec) -> PolicyComponents:
+                  control: ControlBlock, host: Callable, runner: Component, spec: ModelSpec,
+                  outbox: queue.Queue | None) -> PolicyComponents:
     cfg, n = setup.cfg, setup.cfg.num_policies
     seed = setup.seed + 1_000_003 * p
     weights = topology.weights[p]
@@ -160,7 +167,10 @@ def _build_policy(setup: Setup, p: int, buffers: TrajectoryBuffers, layout: Buff
                                          spec, setup.device, seed, control, p))
         if proc and proc.reporter is None:
             proc.reporter = inference[-1]
-    datasets = DatasetBuffers(buffers, cfg.dataset_size() // cfg.rollout)
+    datasets = DatasetBuffers(buffers.spaces, layout.rollout, cfg.dataset_size() // cfg.rollout)
+    if outbox is not None:  # a sampler: batcher and emitter on the sampler's own loop, in the actor's process
+        emitter = ShardEmitter(runner.event_loop, datasets, outbox, control)
+        return PolicyComponents(inference, Batcher(runner.event_loop, cfg, buffers, datasets, layout, control, p), emitter)
     loop, proc = host(learner_name(p, n), "learners" if share else None)
     learner = Learner(loop, cfg, datasets, weights, setup.obs_space, setup.action_space, spec, setup.device, seed,
                       setup.checkpoint_dirs[p], setup.resume_from[p], algorithm_builder(cfg.algo), control,
@@ -187,9 +197,12 @@ def _connect(runner: Component, components: list[Component], workers: list[Rollo
             sig.SLOTS_FREED.connect_to(pc.batcher, w, worker.slots_freed)
         sig.BATCH_READY.connect(pc.batcher, pc.learner.batch_ready)
         sig.BATCH_CONSUMED.connect(pc.learner, pc.batcher.batch_consumed)
-        sig.CHECKPOINT_SAVED.connect(pc.learner, runner.on_checkpoint_saved)
-        sig.SAVE_CHECKPOINT.connect_to(runner, p, pc.learner.save_checkpoint)
-        sig.PBT_REPLACE.connect_to(runner, p, pc.learner.pbt_replace)
+        if isinstance(pc.learner, ShardEmitter):
+            sig.SHARD_TAKEN.connect(pc.learner, pc.learner.shard_taken)
+        else:
+            sig.CHECKPOINT_SAVED.connect(pc.learner, runner.on_checkpoint_saved)
+            sig.SAVE_CHECKPOINT.connect_to(runner, p, pc.learner.save_checkpoint)
+            sig.PBT_REPLACE.connect_to(runner, p, pc.learner.pbt_replace)
     for worker in workers:
         sig.ENVS_STEPPED.connect(worker, worker.envs_stepped)
     for component in components:

@@ -25,7 +25,7 @@ def small_layout() -> BufferLayout:
 def test_buffers_datasets_and_batches_hold_every_field_with_the_schema_rows():
     layout = small_layout()
     buffers = TrajectoryBuffers(layout, SPACES)
-    datasets = DatasetBuffers(buffers, num_trajectories=2)
+    datasets = DatasetBuffers(buffers.spaces, buffers.layout.rollout, num_trajectories=2)
     batch = batch_tensors(SPACES, layout.rollout, 2)
     assert tuple(buffers.fields) == tuple(datasets[0]) == tuple(batch) == BATCH_KEYS
     for f in FIELDS:

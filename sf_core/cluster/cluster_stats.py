@@ -1,0 +1,53 @@
+"""What the driver knows of the cluster: frames per node and per sampler, and every sampler lost or started.
+Shown in the console line, TensorBoard (cluster/...) and training_summary.json's "cluster" section."""
+
+from __future__ import annotations
+
+from sf_core.signals import SamplerReport
+
+
+class ClusterStats:
+    def __init__(self) -> None:
+        self.node_frames: dict[str, int] = {}
+        self.sampler_frames: dict[tuple[int, int], int] = {}  # (sampler, incarnation) -> frames
+        self.sampler_nodes: dict[tuple[int, int], str] = {}
+        self.restarts = 0
+        self.events: list[dict] = []  # every start after the first and every loss, in order
+        self.shards = 0
+        self.live: set[tuple[int, int]] = set()  # (sampler, incarnation) started and not lost
+
+    def add(self, report: SamplerReport) -> None:
+        key = (report.sampler, report.incarnation)
+        if report.event == "shard":
+            self.shards += 1
+            self.node_frames[report.node] = self.node_frames.get(report.node, 0) + report.frames
+            self.sampler_frames[key] = self.sampler_frames.get(key, 0) + report.frames
+            self.sampler_nodes[key] = report.node
+            return
+        if report.event == "started":
+            self.live.add(key)
+            self.restarts += report.incarnation > 0
+        else:
+            self.live.discard(key)
+        if report.event == "lost" or report.incarnation > 0:
+            self.events.append({"event": report.event, "sampler": report.sampler, "incarnation": report.incarnation,
+                                "node": report.node, "detail": report.detail})
+
+    def live_samplers(self) -> int:
+        return len(self.live)
+
+    def summary(self) -> dict:
+        return {
+            "node_frames": dict(self.node_frames),
+            "samplers": [{"sampler": s, "incarnation": i, "node": self.sampler_nodes.get((s, i), ""), "frames": f}
+                         for (s, i), f in sorted(self.sampler_frames.items())],
+            "sampler_restarts": self.restarts, "events": list(self.events), "shards": self.shards,
+        }
+
+    def line(self) -> str:
+        return f" | nodes {len(self.node_frames)}, sampler restarts {self.restarts}"
+
+    def write(self, writer, step: int) -> None:
+        for node, frames in self.node_frames.items():
+            writer.add_scalar(f"cluster/frames_node_{node[:8]}", frames, step)
+        writer.add_scalar("cluster/sampler_restarts", self.restarts, step)

@@ -1,0 +1,66 @@
+"""The driver's components of a cluster run: the learner as on one machine, and the shard ingest in the
+place of the rollout and inference workers and the batcher (they run on the nodes, in samplers).
+
+Serial mode puts both on the runner's loop; otherwise each has a process, as the learner has on one machine.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+
+from algo.algorithms import algorithm_builder
+from sf_core import signals as sig
+from sf_core.buffers import BufferLayout, DatasetBuffers, SharedWeights, make_lock
+from sf_core.cluster.ingest import ShardIngest
+from sf_core.cluster.sampler import SamplerSpec
+from sf_core.component import Component, ComponentProcess
+from sf_core.control import ControlBlock
+from sf_core.learner import Learner, learner_name
+from sf_core.sample import SampleSpaces
+from sf_core.wiring import Setup, Topology, start_method
+
+INGEST = "shard_ingest"
+
+
+def build_driver_components(setup: Setup, runner: Component) -> Topology:
+    cfg = setup.cfg
+    ctx = multiprocessing.get_context(start_method(cfg.mp_start_method, setup.device))
+    name = learner_name(0, 1)
+    control = ControlBlock(None if cfg.serial_mode else [name, INGEST])
+    topology = Topology(control=control)
+    weights = SharedWeights(setup.models[0], make_lock(cfg.serial_mode, ctx))
+    weights.version[0] = setup.versions[0]
+    topology.weights.append(weights)
+    layout = BufferLayout.from_config(cfg, setup.agents_per_env)
+    spaces = SampleSpaces(setup.obs_space, setup.action_space, setup.models[0].rnn_state_size)
+    datasets = DatasetBuffers(spaces, layout.rollout, cfg.dataset_size() // cfg.rollout)
+
+    def loop_of(component: str):
+        if cfg.serial_mode:
+            return runner.event_loop, None
+        proc = ComponentProcess(f"{component}_proc", ctx, cfg.torch_threads)
+        topology.processes.append(proc)
+        return proc.event_loop, proc
+
+    loop, learner_proc = loop_of(name)
+    learner = Learner(loop, cfg, datasets, weights, setup.obs_space, setup.action_space, setup.models[0].spec,
+                      setup.device, setup.seed, setup.checkpoint_dirs[0], setup.resume_from[0],
+                      algorithm_builder(cfg.algo), control, 0, topology.weights)
+    spec = SamplerSpec(cfg, setup.registry, setup.obs_space, setup.action_space, setup.agents_per_env, 0, 0,
+                       setup.seed)
+    loop, ingest_proc = loop_of(INGEST)
+    ingest = ShardIngest(loop, cfg, datasets, weights, spec, control)
+    for proc, component in ((learner_proc, learner), (ingest_proc, ingest)):
+        if proc is not None:
+            proc.reporter = component
+            topology.host[component.name] = proc
+    topology.components, topology.learners = [learner, ingest], [learner]
+    sig.BATCH_READY.connect(ingest, learner.batch_ready)
+    sig.BATCH_CONSUMED.connect(learner, ingest.batch_consumed)
+    sig.CHECKPOINT_SAVED.connect(learner, runner.on_checkpoint_saved)
+    sig.SAVE_CHECKPOINT.connect_to(runner, 0, learner.save_checkpoint)
+    for component in topology.components:
+        sig.REPORT.connect(component, runner.on_report)
+        sig.COMPONENT_ERROR.connect(component, runner.on_component_error)
+        sig.STOP.connect(runner, component.stop)
+    return topology

@@ -1,0 +1,114 @@
+"""Ray, where the driver talks to it: connecting, placing samplers, starting and stopping them.
+
+Samplers are placed with one placement-group bundle per sampler: STRICT_SPREAD (one per node) when the
+cluster has a node for each, SPREAD otherwise. A replacement for a lost sampler is a new actor that Ray
+schedules on any node with room (SPREAD), not a restart in its old bundle: a bundle whose node died waits
+for a node that fits to rejoin, which may be never. Every Ray call here is bounded in time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+
+from sf_core.cluster.sampler import Sampler, SamplerSpec
+from sf_core.config import Config
+
+log = logging.getLogger("sf_core")
+
+PLACEMENT_TIMEOUT_SEC = 60.0
+# what counts as "the sampler is gone" (its process or node died, or it raised): its shards in flight are dropped
+LOST_ERRORS: tuple[type[BaseException], ...] = ()
+
+
+def connect(cfg: Config) -> None:
+    """Join the cluster --ray_address names (or start one on this machine: local)."""
+    import ray
+
+    global LOST_ERRORS
+    LOST_ERRORS = (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.ObjectLostError,
+                   ray.exceptions.OwnerDiedError, ray.exceptions.ActorUnavailableError)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    options: dict = {"namespace": "sf_core", "logging_level": logging.WARNING, "log_to_driver": True}
+    if cfg.ray_address == "local":
+        options.update(include_dashboard=False)
+    else:
+        options["address"] = cfg.ray_address
+    try:
+        ray.init(**options)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise RuntimeError(f"--ray_address={cfg.ray_address}: could not join the Ray cluster: {exc}") from None
+
+
+def alive_nodes() -> list[dict]:
+    import ray
+
+    return [node for node in ray.nodes() if node.get("Alive")]
+
+
+def sampler_count(cfg: Config) -> int:
+    return cfg.num_samplers or len(alive_nodes())
+
+
+def place(cfg: Config, count: int):
+    """A placement group with a bundle of --sampler_cpus per sampler, ready, or a clear error."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    nodes = alive_nodes()
+    strategy = "STRICT_SPREAD" if count <= len(nodes) else "SPREAD"
+    group = placement_group([{"CPU": cfg.sampler_cpus}] * count, strategy=strategy)
+    try:
+        ray.get(group.ready(), timeout=PLACEMENT_TIMEOUT_SEC)
+    except ray.exceptions.GetTimeoutError:
+        remove_placement_group(group)
+        cpus = sum(node.get("Resources", {}).get("CPU", 0) for node in nodes)
+        raise RuntimeError(f"Ray could not place {count} samplers of --sampler_cpus={cfg.sampler_cpus:g} "
+                           f"({strategy}) within {PLACEMENT_TIMEOUT_SEC:.0f}s: the cluster has {len(nodes)} "
+                           f"nodes and {cpus:g} CPUs in all") from None
+    log.info("placed %d samplers on %d Ray nodes (%s)", count, len(nodes), strategy)
+    return group
+
+
+def start_sampler(cfg: Config, spec: SamplerSpec, weights_ref, version: int, group=None, bundle: int = -1):
+    """A sampler actor (in bundle `bundle` of `group`, or wherever Ray finds room). It is not restarted by
+    Ray (the driver replaces it, with the newest weights) and its calls are never retried: a shard is not
+    idempotent."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    strategy = (PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=bundle)
+                if group is not None else "SPREAD")
+    actor = ray.remote(Sampler).options(num_cpus=cfg.sampler_cpus, max_restarts=0, max_task_retries=0,
+                                        max_concurrency=cfg.shards_in_flight + 3, scheduling_strategy=strategy,
+                                        name=None)
+    return actor.remote(spec, weights_ref, version)
+
+
+def put_weights(tensors: dict) -> tuple:
+    """One object per weights version, fetched once by each node whose samplers need it."""
+    import ray
+
+    return ray.put({name: tensor.numpy() for name, tensor in tensors.items()})
+
+
+def stop_samplers(handles: list, timeout: float) -> None:
+    """Ask every sampler to stop its processes, then end the actors."""
+    import ray
+
+    calls = [handle.stop.remote() for handle in handles]
+    try:
+        ray.wait(calls, num_returns=len(calls), timeout=timeout)
+    except Exception:  # noqa: BLE001 - the cluster may be going away; the actors are killed below anyway
+        pass
+    for handle in handles:
+        try:
+            ray.kill(handle, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+
+def as_numpy(weights: dict) -> dict[str, np.ndarray]:
+    return {name: np.asarray(value) for name, value in weights.items()}

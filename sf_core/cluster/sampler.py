@@ -1,0 +1,178 @@
+"""A sampler: the node-local pipeline (rollout workers, inference workers, batcher, trajectory buffers in shared
+memory) inside one Ray actor, emitting shards for the driver's learner instead of training.
+
+`Sampler` is a plain class; sf_core/cluster/placement.py makes it a Ray actor (threaded: a `next_shard` call
+waits on the outbox while `set_weights` runs beside it). `SamplerHost` plays the runner's part on the node:
+it owns the event loop (on a thread of the actor), collects the components' reports for the next shard, and
+turns a failed or silent component into an error that the driver's next call receives, so the driver
+replaces the whole sampler (sf_core/cluster/ingest.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, replace
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from envs.registry import EnvRegistry
+from sf_core.cluster.shards import Shard, ShardMeta
+from sf_core.component import Component, guarded
+from sf_core.config import Config
+from sf_core.signals import SHARD_TAKEN, STOP, Report
+from sf_core.wiring import Setup, Topology, build_components, check_user_code, initial_model
+from signal_slot.signal_slot import EventLoop, Timer
+
+log = logging.getLogger("sf_core")
+
+CHECK_INTERVAL_SEC = 0.5
+STOP_GRACE_SEC = 4.0
+
+
+@dataclass
+class SamplerSpec:
+    """Everything a sampler is built from; the weights travel beside it, as a Ray object."""
+
+    cfg: Config
+    registry: EnvRegistry
+    obs_space: gym.Space
+    action_space: gym.Space
+    agents_per_env: int
+    index: int
+    incarnation: int
+    seed: int
+
+
+class SamplerHost(Component):
+    def __init__(self, cfg: Config):
+        self.loop = EventLoop("sampler_loop", serial_mode=cfg.serial_mode)
+        super().__init__(self.loop, "sampler")
+        self.cfg = cfg
+        self.reports: list[Report] = []
+        self.lock = threading.Lock()
+        self.error: str | None = None
+        self.topology = Topology()
+
+    def take_reports(self) -> list[Report]:
+        with self.lock:
+            reports, self.reports = self.reports, []
+        return reports
+
+    @guarded
+    def on_report(self, report: Report) -> None:
+        with self.lock:
+            self.reports.append(report)
+
+    @guarded
+    def on_component_error(self, component: str, details: str) -> None:
+        self.fail(f"{component} failed: {details.strip().splitlines()[-1] if details.strip() else 'unknown error'}")
+
+    @guarded
+    def on_checkpoint_saved(self, path: str) -> None:  # a sampler has no learner: never emitted
+        pass
+
+    @guarded
+    def check(self) -> None:
+        dead = self.topology.dead_components()
+        if dead:
+            self.fail(f"process of {dead[0].name} died")
+        elif self.topology.control is not None and self.topology.control.heartbeats is not None:
+            for name, silent, activity in self.topology.control.heartbeats.stalled(self.cfg.heartbeat_timeout):
+                self.fail(f"{name}: no heartbeat for {silent:.0f}s (last activity: {activity})")
+                break
+
+    def fail(self, error: str) -> None:
+        if self.error is None:
+            self.error = error
+            log.error("sampler: %s", error)
+            self.shut_down()
+
+    def shut_down(self) -> None:
+        if self.topology.control is not None:
+            self.topology.control.request_stop()
+        STOP.emit(self)
+        self.loop.stop()
+
+
+class Sampler:
+    """One node's sampling, as a Ray actor. Every method returns within its timeout."""
+
+    def __init__(self, spec: SamplerSpec, weights: dict[str, np.ndarray], version: int):
+        import ray
+
+        self.spec, self.node = spec, ray.get_runtime_context().get_node_id()
+        # no fork inside a Ray worker (it runs threads); a sampler never trains, writes no files
+        cfg = replace(spec.cfg, ray_address="",
+                      mp_start_method="spawn" if spec.cfg.mp_start_method in ("auto", "fork") else
+                      spec.cfg.mp_start_method)
+        self.outbox: queue.Queue = queue.Queue(maxsize=cfg.shards_in_flight)
+        self.host = SamplerHost(cfg)
+        if not cfg.serial_mode:
+            check_user_code(cfg, spec.registry)
+        model = initial_model(cfg, spec.obs_space, spec.action_space, spec.seed, _state_dict(weights))
+        setup = Setup(cfg, spec.registry, spec.obs_space, spec.action_space, [model], [version], "cpu", spec.seed,
+                      [""], [None], spec.agents_per_env)
+        self.host.topology = build_components(setup, self.host, outbox=self.outbox)
+        self.emitter = self.host.topology.learners[0]
+        self.weights = self.host.topology.weights[0]
+        timer = Timer(self.host.loop, CHECK_INTERVAL_SEC, object_id="sampler_check_timer")
+        timer.timeout.connect(self.host.check)
+        for proc in self.host.topology.processes:
+            proc.start()
+        self.thread = threading.Thread(target=self._run, name="sampler_loop", daemon=True)
+        self.thread.start()
+        log.info("sampler %d (start %d) running on node %s", spec.index, spec.incarnation, self.node[:8])
+
+    def _run(self) -> None:
+        try:
+            self.host.loop.exec()
+        except BaseException as exc:  # noqa: BLE001 - a slot raised in serial mode: the driver hears of it
+            self.host.fail(f"{type(exc).__name__}: {exc}")
+
+    def node_id(self) -> str:
+        return self.node
+
+    def next_shard(self, timeout: float) -> Shard | None:
+        """The next shard, or None if none was ready within `timeout`; raises if the sampler failed."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.host.error is not None:
+                raise RuntimeError(f"sampler {self.spec.index} on node {self.node[:8]}: {self.host.error}")
+            try:
+                arrays = self.outbox.get(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                continue
+            SHARD_TAKEN.emit(self.emitter)
+            meta = ShardMeta(self.spec.index, self.spec.incarnation, self.node, self.host.take_reports())
+            return Shard(meta, arrays)
+        return None
+
+    def set_weights(self, weights: dict[str, np.ndarray], version: int) -> int:
+        """The learner's weights of `version`, into the node's shared weights (inference reads them there)."""
+        if version > self.weights.current_version():
+            with self.weights.lock:
+                for name, tensor in self.weights.tensors.items():
+                    np.copyto(tensor.numpy(), weights[name])
+                self.weights.version[0] = version
+        return version
+
+    def stop(self) -> None:
+        """Stop the components and their processes (also what the actor's exit runs)."""
+        if self.thread.is_alive():
+            self.host.shut_down()
+            self.thread.join(timeout=STOP_GRACE_SEC)
+        deadline = time.monotonic() + STOP_GRACE_SEC
+        for proc in self.host.topology.processes:
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=2.0)
+
+
+def _state_dict(weights: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    return {name: torch.from_numpy(np.array(array)) for name, array in weights.items()}
