@@ -127,6 +127,7 @@ class SamplerReport:
     frames: int  # env frames its workers reported with this shard
     event: str = "shard"  # shard, started, lost
     detail: str = ""  # why it was lost
+    version: int = 0  # started: the weights version it starts from; shard: the oldest that acted in it
 
 
 Report = RolloutReport | InferenceReport | LearnerReport | SamplerReport

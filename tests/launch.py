@@ -44,3 +44,14 @@ def start(args: list[str], module: str = "sf_core.train", script: str | None = N
     stderr = subprocess.STDOUT if output is not None else None
     return subprocess.Popen(command(args, module, script), stdout=output, stderr=stderr, text=True,
                             env=environment(), cwd=cwd or REPO)
+
+
+def run_isolated(args: list[str], timeout: float, script: str) -> subprocess.CompletedProcess:
+    """Run a script in a fresh network namespace where only 127.0.0.1 exists (`unshare -n`, then loopback
+    up): Ray binds the machine's interface address otherwise. `timeout -k` ends the whole process group,
+    Ray's processes included, if it overruns."""
+    inner = 'ip link set lo up && exec "$@"'
+    wrapped = ["timeout", "-k", "10", str(int(timeout)), "unshare", "-n", "sh", "-c", inner, "sh",
+               *command(args, script=script)]
+    return subprocess.run(wrapped, capture_output=True, text=True, timeout=timeout + 30, cwd=REPO,
+                          env=environment(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0"))

@@ -11,6 +11,7 @@ import multiprocessing
 from algo.algorithms import algorithm_builder
 from sf_core import signals as sig
 from sf_core.buffers import BufferLayout, DatasetBuffers, SharedWeights, make_lock
+from sf_core.cluster import placement
 from sf_core.cluster.ingest import ShardIngest
 from sf_core.cluster.sampler import SamplerSpec
 from sf_core.component import Component, ComponentProcess
@@ -24,6 +25,7 @@ INGEST = "shard_ingest"
 
 def build_driver_components(setup: Setup, runner: Component) -> Topology:
     cfg = setup.cfg
+    placement.check_reachable(cfg)
     ctx = multiprocessing.get_context(start_method(cfg.mp_start_method, setup.device))
     name = learner_name(0, 1)
     control = ControlBlock(None if cfg.serial_mode else [name, INGEST])

@@ -21,6 +21,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from sf_core.buffers import DatasetBuffers, SharedWeights
 from sf_core.cluster import placement
@@ -43,11 +44,11 @@ STOP_TIMEOUT_SEC = 3.0
 class SamplerState:
     index: int
     incarnation: int
-    handle: object
+    handle: Any  # the Ray actor handle (ray.actor.ActorHandle: typed by Ray at run time only)
     asked: list = field(default_factory=list)  # next_shard calls under way
     held: int = 0  # shards taken, waiting for a dataset
     node: str = "?"
-    weights_call: object = None  # the set_weights call under way, if any
+    weights_call: Any = None  # the set_weights call under way, if any
     weights_sent: int = -1
 
 
@@ -84,7 +85,7 @@ class ShardIngest(Component):
         handle = placement.start_sampler(self.cfg, spec, self.weights_ref, self.weights_version,
                                          self.group if bundle >= 0 else None, bundle)
         state = SamplerState(index, incarnation, handle, weights_sent=self.weights_version)
-        REPORT.emit(self, SamplerReport(index, incarnation, "", 0, "started"))
+        REPORT.emit(self, SamplerReport(index, incarnation, "", 0, "started", version=self.weights_version))
         return state
 
     # ---------------------------------------------------------------- the poll
@@ -135,7 +136,8 @@ class ShardIngest(Component):
             for report in shard.meta.reports:
                 REPORT.emit(self, report)
             meta = shard.meta
-            REPORT.emit(self, SamplerReport(meta.sampler, meta.incarnation, meta.node, meta.frames()))
+            REPORT.emit(self, SamplerReport(meta.sampler, meta.incarnation, meta.node, meta.frames(),
+                                            version=shard.versions()[0]))
             BATCH_READY.emit(self, index)
 
     @guarded

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import logging
 import os
-
-import numpy as np
+import socket
 
 from sf_core.cluster.sampler import Sampler, SamplerSpec
-from sf_core.config import Config
+from sf_core.config import Config, ConfigError
 
 log = logging.getLogger("sf_core")
 
 PLACEMENT_TIMEOUT_SEC = 60.0
+CONNECT_TIMEOUT_SEC = 5.0
 # what counts as "the sampler is gone" (its process or node died, or it raised): its shards in flight are dropped
 LOST_ERRORS: tuple[type[BaseException], ...] = ()
 
@@ -40,6 +40,20 @@ def connect(cfg: Config) -> None:
         ray.init(**options)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise RuntimeError(f"--ray_address={cfg.ray_address}: could not join the Ray cluster: {exc}") from None
+
+
+def check_reachable(cfg: Config) -> None:
+    """Before anything starts: Ray retries a head that is not there for a minute or more; say so at once."""
+    address = cfg.ray_address
+    if address in ("auto", "local"):
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_SEC).close()
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--ray_address={address}: no Ray head answers there ({exc}); start one with "
+                           f"`ray start --head` and pass the address it prints, or --ray_address=auto on a "
+                           f"node of the cluster") from None
 
 
 def alive_nodes() -> list[dict]:
@@ -108,7 +122,3 @@ def stop_samplers(handles: list, timeout: float) -> None:
             ray.kill(handle, no_restart=True)
         except Exception:  # noqa: BLE001 - already gone
             pass
-
-
-def as_numpy(weights: dict) -> dict[str, np.ndarray]:
-    return {name: np.asarray(value) for name, value in weights.items()}

@@ -1,0 +1,95 @@
+"""Sampling on a Ray cluster: two nodes on this machine (tests/ray_cluster.py, in a network namespace of
+its own), CartPole solved with a node killed mid-run, the async samplers' path, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import psutil
+import pytest
+
+from tests import launch
+from tests.helpers import read_summary
+
+pytest.importorskip("ray", reason="the cluster tests need Ray: pip install -e '.[ray]'")
+
+SOLVED = 475.0
+
+
+def ray_processes() -> set[int]:
+    names = ("raylet", "gcs_server", "ray::", "plasma_store", "log_monitor", "dashboard_agent", "runtime_env_agent")
+    found = set()
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or ())
+        if any(name in cmdline for name in names):
+            found.add(proc.info["pid"])
+    return found
+
+
+def on_two_nodes(tmp_path, *flags: str, kill_after_frames: int = 0, timeout: float = 200.0) -> tuple[dict, dict]:
+    """Train on a fresh two-node cluster; returns the scenario's result and the training summary."""
+    before = ray_processes()
+    args = ["--nodes=2", f"--kill_node_after_frames={kill_after_frames}", f"--timeout={timeout}",
+            f"--summary={tmp_path / 'exp' / 'training_summary.json'}", "--",
+            f"--train_dir={tmp_path}", "--experiment=exp", "--experiment_summaries_interval=0.5", *flags]
+    proc = launch.run_isolated(args, timeout + 60, script="tests/ray_cluster.py")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not ray_processes() - before, "a Ray process outlived its cluster"
+    return result, read_summary(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(330)
+def test_two_nodes_solve_cartpole_with_one_node_killed(tmp_path):
+    result, summary = on_two_nodes(tmp_path, "--env=CartPole-v1", "--num_samplers=2", "--num_workers=1",
+                                   "--serial_mode=True", f"--target_mean_return={SOLVED}", "--train_for_seconds=150",
+                                   "--seed=1", kill_after_frames=40_000)
+    assert result["exit_code"] == 0, result["output"][-3000:]
+    assert result["killed_at_frames"] is not None, "the run ended before the node could be killed"
+    assert summary["time_to_target"] is not None and summary["mean_return_at_target"] >= SOLVED, summary
+    cluster = summary["cluster"]
+    assert len(cluster["node_frames"]) == 2 and min(cluster["node_frames"].values()) > 0, cluster
+    assert sum(cluster["node_frames"].values()) <= summary["frames"]
+    # the killed node's sampler was lost and replaced on the surviving node, which it sampled on
+    lost = [e for e in cluster["events"] if e["event"] == "lost"]
+    assert cluster["sampler_restarts"] >= 1 and lost, cluster
+    samplers = {(s["sampler"], s["incarnation"]): s for s in cluster["samplers"]}
+    dead_node = lost[0]["node"]
+    replacement = samplers.get((lost[0]["sampler"], lost[0]["incarnation"] + 1))
+    assert replacement is not None and replacement["frames"] > 0 and replacement["node"] != dead_node, cluster
+    # it started from the newest weights: none of its shards was acted on by weights older than those
+    assert replacement["oldest_version"] >= replacement["started_with_version"] > 0, replacement
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_async_samplers_then_enjoy_and_resume_on_one_machine(tmp_path):
+    """Samplers in async mode (their workers are processes they spawn); the policy trained on the cluster
+    plays with enjoy and resumes without Ray, as a policy trained on one machine does."""
+    result, summary = on_two_nodes(tmp_path, "--env=CartPole-v1", "--num_workers=1", "--train_for_env_steps=30000",
+                                   "--seed=2")
+    assert result["exit_code"] == 0, result["output"][-3000:]
+    assert summary["frames"] >= 30_000 and summary["samples_trained"] > 0
+    assert len(summary["cluster"]["node_frames"]) == 2, summary["cluster"]  # num_samplers 0: one per node
+    assert all(s["frames"] > 0 for s in summary["cluster"]["samplers"])
+    assert summary["cluster"]["sampler_restarts"] == 0
+    enjoy = launch.run([f"--train_dir={tmp_path}", "--experiment=exp", "--max_num_episodes=3"], timeout=120,
+                       module="sf_core.enjoy")
+    assert enjoy.returncode == 0, enjoy.stderr[-2000:]
+    resumed = launch.run(["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=exp", "--ray_address=",
+                          "--num_workers=1", "--train_for_env_steps=45000", "--restart_behavior=resume"],
+                         timeout=120)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    after = read_summary(tmp_path)
+    assert after["frames"] >= 45_000 and after["policy_version"] > summary["policy_version"]
+
+
+def test_bad_cluster_flags_exit_with_one_message(tmp_path):
+    common = ["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=bad"]
+    nobody = launch.run([*common, "--ray_address=127.0.0.1:1"], timeout=60)
+    assert nobody.returncode == 1 and "no Ray head answers there" in nobody.stderr, nobody.stderr[-2000:]
+    two = launch.run([*common, "--ray_address=auto", "--num_policies=2"], timeout=60)
+    assert two.returncode == 2 and "--num_policies must be 1" in two.stderr, two.stderr[-2000:]
+    sync = launch.run([*common, "--ray_address=auto", "--async_rl=False"], timeout=60)
+    assert sync.returncode == 2 and "--async_rl must be True" in sync.stderr, sync.stderr[-2000:]
