@@ -9,6 +9,9 @@ Phases, one after another on the same machine:
   training          `python -m sf_core.train ...` (full APPO): env frames/s, samples trained/s, time to 1st frame
   sample_factory    Sample Factory 2.1.1 with the same configuration, if --sf_python points at a Python
                     that has it installed (a separate venv); otherwise reported as 'not run'
+  cluster_*         on a Ray cluster of one or two nodes on this machine (--phases=...,cluster; needs Ray and
+                    root for `unshare -n`): the cost of the cluster path, and two nodes of a slow env against
+                    one (scripts/benchlib/cluster.py)
 
 Frames per second exclude a warm-up. For the trainers they come from the progress they report while
 they run, not from the final summary: ours rewrites training_summary.json every second
@@ -58,7 +61,8 @@ from benchlib.sample_factory import run_sf  # noqa: E402
 if TYPE_CHECKING:
     from sf_core.config import Config
 
-ALL_PHASES = ("raw", "sampling", "training", "sf")
+ALL_PHASES = ("raw", "sampling", "training", "sf", "cluster")
+DEFAULT_PHASES = ("raw", "sampling", "training", "sf")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "its trainer runs the training phase too, right after ours, in the same "
                                            "run (training_baseline; ratio training_vs_baseline). It must write "
                                            "training_summary.json while running, as this version does")
-    p.add_argument("--phases", default=",".join(ALL_PHASES),
+    p.add_argument("--phases", default=",".join(DEFAULT_PHASES),
                    help=f"comma-separated subset of {','.join(ALL_PHASES)}")
     p.add_argument("--raw_processes", type=int, help="processes of the per-core raw phase (default: usable cores)")
     p.add_argument("--startup_timeout", type=float, default=120.0, help="seconds a trainer may take to its 1st frame")
@@ -158,6 +162,12 @@ class Benchmark:
                            label=f"sf_core training {variant}")
         if "sf" in wanted:
             self.phase("sample_factory", lambda: run_sf(args, self.cfg, self.work_dir))
+        if "cluster" in wanted:
+            from benchlib.cluster import CASES, run_case
+
+            for case in CASES:
+                self.phase(case, lambda: run_case(case, args, self.cfg_argv, self.extra, self.work_dir),
+                           label=f"sf_core on Ray: {case}")
 
     def ours(self, name: str, extra: list[str], sampling_only: bool) -> dict:
         return run_ours(name, self.args, self.cfg_argv, extra, self.work_dir, sampling_only)
@@ -210,6 +220,10 @@ def print_summary(results: dict, args: argparse.Namespace, work_dir: str) -> Non
         print(f"ours/SF training frames/s: {r['training_vs_sf']:.2f}")
     if r.get("training_vs_baseline") is not None:
         print(f"ours/{args.baseline_repo} training frames/s: {r['training_vs_baseline']:.2f}")
+    for key, what in (("cluster_vs_training", "one sampler on Ray / one machine"),
+                      ("slow_2_nodes_vs_1_node", "slow env, two nodes / one node")):
+        if r.get(key) is not None:
+            print(f"{what}, frames/s: {r[key]:.2f}")
     for i, variant in enumerate(args.variant, 1):
         if r.get(f"training_variant_{i}_vs_sf") is not None:
             print(f"ours ({variant})/SF training frames/s: {r[f'training_variant_{i}_vs_sf']:.2f}")

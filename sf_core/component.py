@@ -242,6 +242,7 @@ class ComponentProcess(EventLoopProcess):
         self.torch_threads = torch_threads
         self.reporter: Component | None = None  # the component whose name a crash is reported under
         self.threads: list[tuple[EventLoop, Component]] = []  # extra loops run on threads (the batcher)
+        self.death_hint = ""  # what the runner adds when this process dies: its likely cause
 
     def _target(self) -> None:
         configure_process(self.torch_threads)

@@ -216,3 +216,12 @@ class TrainedPolicy:
         actions = (dist.mode() if self.deterministic else dist.sample()).cpu().numpy()
         return [self.to_env_action(a) for a in actions]
 
+
+
+def resolve_device(requested: str) -> str:
+    """--device as torch names it: gpu means cuda; a CUDA device on a machine without one falls back to the CPU."""
+    device = "cuda" if requested == "gpu" else requested
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        log.warning("--device=%s requested but CUDA is not available here: using the CPU", requested)
+        return "cpu"
+    return device

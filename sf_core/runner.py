@@ -26,6 +26,7 @@ from algo.params import LearningParams
 from envs.registry import EnvRegistry, registry_snapshot
 from sf_core import wandb_logging
 from sf_core.component import Component, ComponentError, Routing, guarded, reuse_freed_memory, start_loop_watchdog
+from sf_core.policy import resolve_device
 from sf_core.config import Config, ConfigError
 from sf_core.experiment import Experiment
 from sf_core.population import Population
@@ -46,14 +47,6 @@ EMIT_TIMEOUT_SEC = 2.0
 MAX_WORKER_RESTARTS = 5
 
 
-def resolve_device(requested: str) -> str:
-    device = "cuda" if requested == "gpu" else requested
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        log.warning("--device=%s requested but CUDA is not available here: using the CPU", requested)
-        return "cpu"
-    return device
-
-
 class Runner(Component):
     def __init__(self, cfg: Config, registry: EnvRegistry | None = None, launched: float | None = None):
         self.launched = launched or time.time()  # train.main passes its own start: torch imports count
@@ -62,8 +55,11 @@ class Runner(Component):
         if cfg.with_wandb:  # before config.json is written: it keeps the run id
             self.cfg = wandb_logging.with_run_id(self.cfg, os.path.join(cfg.train_dir, cfg.experiment))
         self.registry = registry or registry_snapshot(only=cfg.env)
-        self.loop = EventLoop("runner_loop", serial_mode=cfg.serial_mode)
-        if not cfg.serial_mode:
+        # --ray_address: the samplers run serially if asked; the driver never does, so that Ray ending its
+        # driver process (the shard ingest) on losing the head cannot take the learner's last checkpoint with it
+        self.serial = cfg.serial_mode and not cfg.ray_address
+        self.loop = EventLoop("runner_loop", serial_mode=self.serial)
+        if not self.serial:
             Routing.use_plain_pickle(self.loop)
         super().__init__(self.loop, "runner")
         self.experiment = Experiment(self.cfg)
@@ -90,7 +86,7 @@ class Runner(Component):
     # ---------------------------------------------------------------- setup
     def _build(self, resume: bool = False, start_method: str | None = None) -> None:
         cfg = self.cfg if start_method is None else replace(self.cfg, mp_start_method=start_method)
-        if not cfg.serial_mode:
+        if not self.serial:
             check_user_code(cfg, self.registry)
         # the algorithm's graph is checked here, so a broken one fails before any process starts
         build_graph(algorithm_builder(cfg.algo)(LearningParams.from_config(cfg)).nodes, BATCH_KEYS)
@@ -106,7 +102,7 @@ class Runner(Component):
                      f"{self.resumed['frames']:,}")
         # a resumed run must not replay the env seeds of the first one
         seed = self.seed + (states[0]["version"] if states[0] else 0)
-        if cfg.serial_mode:  # every component's tensors are allocated in this process
+        if self.serial:  # every component's tensors are allocated in this process
             reuse_freed_memory()
         else:
             # the runner does little torch work itself; one thread keeps OpenMP's pool unstarted,
@@ -149,7 +145,7 @@ class Runner(Component):
         previous = {sig: os_signal.signal(sig, self._on_os_signal) for sig in (os_signal.SIGINT, os_signal.SIGTERM)}
         try:
             self._start_components()
-            if not self.cfg.serial_mode:
+            if not self.serial:
                 start_loop_watchdog(lambda: self.last_check, self.cfg.heartbeat_timeout + 30.0,
                                     lambda: self.topology.processes, self.loop_done, EXIT_ERROR)
             self.loop.exec()
@@ -279,7 +275,7 @@ class Runner(Component):
             # a crashing component reports its error just before exiting: give that report a moment
             first_seen = self.dead_since.setdefault(proc.name, now)
             if now - first_seen > DEATH_REPORT_GRACE_SEC:
-                message = f"process {proc.name} (pid {proc.pid}) died with exit code {proc.exitcode}"
+                message = f"process {proc.name} (pid {proc.pid}) died with exit code {proc.exitcode}{proc.death_hint}"
                 if self._may_restart_after(proc):
                     self.stats.worker_restarts += 1
                     log.warning("%s; --env_fault_policy=restart: restarting every component from a fresh "
@@ -337,7 +333,7 @@ class Runner(Component):
         """The runner's emits must not hang: a component killed mid-put leaves a queue locked for good
         (see Routing.emit_bounded); a receiver behind it is killed by _stop_processes instead. `route`: the
         policy a routed signal is for."""
-        if self.cfg.serial_mode:  # one process: nothing can die holding a lock
+        if self.serial:  # one process: nothing can die holding a lock
             if isinstance(signal_, RoutedSignal) and route is not None:
                 signal_.emit_to(self, route, *args)
             else:

@@ -10,6 +10,7 @@ the training's exit code, its output's tail, and what was killed when.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -36,6 +37,45 @@ def start_cluster(nodes: int):
     return cluster, workers
 
 
+def descendants() -> set:
+    import psutil
+
+    return set(psutil.Process().children(recursive=True))
+
+
+@contextlib.contextmanager
+def running_cluster(nodes: int):
+    """A cluster for the block; afterwards nothing it started is left running."""
+    cluster, workers = start_cluster(nodes)
+    spawned = descendants()
+    try:
+        yield cluster, workers
+    finally:
+        spawned |= descendants()
+        cluster.shutdown()
+        reap(spawned | descendants())
+
+
+def reap(processes: set, timeout: float = 10.0) -> list[int]:
+    """End what this cluster started and outlived it: a node killed without grace leaves its agents
+    (reparented to init) running for a long while."""
+    import psutil
+
+    alive = [p for p in processes if p.is_running()]
+    for proc in alive:
+        try:
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, still = psutil.wait_procs(alive, timeout=timeout)
+    for proc in still:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return [p.pid for p in alive]
+
+
 def frames_of(summary_path: str) -> int:
     try:
         with open(summary_path) as f:
@@ -48,27 +88,35 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--kill_node_after_frames", type=int, default=0)
+    parser.add_argument("--kill_cluster_after_frames", type=int, default=0, help="every node, the head included")
     parser.add_argument("--summary", default="", help="training_summary.json of the run (to decide the kill)")
     parser.add_argument("--timeout", type=float, default=300.0)
     args, train_flags = parser.parse_known_args()
     os.environ.update(ray_environment())
     cluster, workers = start_cluster(args.nodes)
-    result: dict = {"killed_at_frames": None}
+    spawned = descendants()
+    result: dict = {"killed_at_frames": None, "cluster_killed_at_frames": None}
     try:
         command = [sys.executable, "-m", "sf_core.train", f"--ray_address={cluster.address}",
                    *[f for f in train_flags if f != "--"]]
-        started = time.monotonic()
+        began = time.monotonic()
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         output: list[str] = []
         import threading
 
         reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
         reader.start()
-        while proc.poll() is None and time.monotonic() - started < args.timeout:
+        while proc.poll() is None and time.monotonic() - began < args.timeout:
+            spawned |= descendants()
             if (args.kill_node_after_frames and result["killed_at_frames"] is None and workers
                     and frames_of(args.summary) >= args.kill_node_after_frames):
                 result["killed_at_frames"] = frames_of(args.summary)
                 cluster.remove_node(workers[-1], allow_graceful=False)
+            if (args.kill_cluster_after_frames and result["cluster_killed_at_frames"] is None
+                    and frames_of(args.summary) >= args.kill_cluster_after_frames):
+                result["cluster_killed_at_frames"] = frames_of(args.summary)
+                for node in [*workers, cluster.head_node]:
+                    cluster.remove_node(node, allow_graceful=False)
             time.sleep(0.2)
         if proc.poll() is None:
             proc.terminate()
@@ -79,9 +127,10 @@ def main() -> int:
                 proc.wait(timeout=10)
             result["timed_out"] = True
         reader.join(timeout=5)
-        result.update(exit_code=proc.returncode, seconds=time.monotonic() - started, output="".join(output)[-6000:])
+        result.update(exit_code=proc.returncode, seconds=time.monotonic() - began, output="".join(output)[-6000:])
     finally:
         cluster.shutdown()
+        result["reaped"] = reap(spawned | descendants())
     print(json.dumps(result))
     return 0
 

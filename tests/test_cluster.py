@@ -26,10 +26,12 @@ def ray_processes() -> set[int]:
     return found
 
 
-def on_two_nodes(tmp_path, *flags: str, kill_after_frames: int = 0, timeout: float = 200.0) -> tuple[dict, dict]:
+def on_two_nodes(tmp_path, *flags: str, kill_after_frames: int = 0, kill_cluster_after_frames: int = 0,
+                 timeout: float = 200.0) -> tuple[dict, dict]:
     """Train on a fresh two-node cluster; returns the scenario's result and the training summary."""
     before = ray_processes()
     args = ["--nodes=2", f"--kill_node_after_frames={kill_after_frames}", f"--timeout={timeout}",
+            f"--kill_cluster_after_frames={kill_cluster_after_frames}",
             f"--summary={tmp_path / 'exp' / 'training_summary.json'}", "--",
             f"--train_dir={tmp_path}", "--experiment=exp", "--experiment_summaries_interval=0.5", *flags]
     proc = launch.run_isolated(args, timeout + 60, script="tests/ray_cluster.py")
@@ -83,6 +85,17 @@ def test_async_samplers_then_enjoy_and_resume_on_one_machine(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     after = read_summary(tmp_path)
     assert after["frames"] >= 45_000 and after["policy_version"] > summary["policy_version"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_losing_the_whole_cluster_stops_with_a_message_and_a_checkpoint(tmp_path):
+    result, summary = on_two_nodes(tmp_path, "--env=CartPole-v1", "--num_workers=1", "--serial_mode=True",
+                                   "--train_for_seconds=120", kill_after_frames=0, kill_cluster_after_frames=10_000)
+    assert result["cluster_killed_at_frames"] is not None, result["output"][-3000:]
+    assert result["exit_code"] == 1 and not result.get("timed_out")
+    assert "Ray driver" in summary["error"] and "cluster's head" in summary["error"], summary["error"]
+    assert summary["last_checkpoint"] and summary["frames"] >= result["cluster_killed_at_frames"]
 
 
 def test_bad_cluster_flags_exit_with_one_message(tmp_path):

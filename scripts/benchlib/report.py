@@ -106,6 +106,8 @@ def compute_ratios(phases: dict) -> dict:
         "sampling_vs_sf": ratio(fps.get("sampling"), sf_fps),
         "sf_vs_ceiling": ratio(sf_fps, ceiling),
         "training_vs_baseline": ratio(fps.get("training"), fps.get("training_baseline")),
+        "cluster_vs_training": ratio(fps.get("cluster_1_sampler"), fps.get("training")),
+        "slow_2_nodes_vs_1_node": ratio(fps.get("slow_2_nodes"), fps.get("slow_1_node")),
         **{f"{name}_vs_sf": ratio(fps.get(name), sf_fps) for name in phases if name.startswith("training_variant")},
     }
 

@@ -22,3 +22,6 @@ class SleepyCartPole(gym.Wrapper):
 
 
 register_env("SleepyCartPole-v1", lambda name, cfg, ctx: SleepyCartPole(gym.make("CartPole-v1")))
+# also a gymnasium id, so `--env=benchlib.slow_env:SleepyCartPole-v1` works where sf_core's registry of this
+# process is not the one that makes the env (a trainer started as `python -m sf_core.train`, Ray samplers)
+gym.register("SleepyCartPole-v1", entry_point=lambda **kwargs: SleepyCartPole(gym.make("CartPole-v1", **kwargs)))

@@ -1,12 +1,15 @@
 """The driver's components of a cluster run: the learner as on one machine, and the shard ingest in the
 place of the rollout and inference workers and the batcher (they run on the nodes, in samplers).
 
-Serial mode puts both on the runner's loop; otherwise each has a process, as the learner has on one machine.
+Each has a process, whatever --serial_mode says (it applies to the samplers): the ingest is Ray's driver,
+and Ray ends a driver process that loses the cluster's head; the runner then stops the run, the learner
+saving its checkpoint, as after any component's death.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+from dataclasses import replace
 
 from algo.algorithms import algorithm_builder
 from sf_core import signals as sig
@@ -24,11 +27,13 @@ INGEST = "shard_ingest"
 
 
 def build_driver_components(setup: Setup, runner: Component) -> Topology:
-    cfg = setup.cfg
-    placement.check_reachable(cfg)
+    """The driver's learner and ingest, each on a process of its own (the samplers get the flags as given,
+    --serial_mode included)."""
+    placement.check_reachable(setup.cfg)
+    cfg = replace(setup.cfg, serial_mode=False)
     ctx = multiprocessing.get_context(start_method(cfg.mp_start_method, setup.device))
     name = learner_name(0, 1)
-    control = ControlBlock(None if cfg.serial_mode else [name, INGEST])
+    control = ControlBlock([name, INGEST])
     topology = Topology(control=control)
     weights = SharedWeights(setup.models[0], make_lock(cfg.serial_mode, ctx))
     weights.version[0] = setup.versions[0]
@@ -38,24 +43,22 @@ def build_driver_components(setup: Setup, runner: Component) -> Topology:
     datasets = DatasetBuffers(spaces, layout.rollout, cfg.dataset_size() // cfg.rollout)
 
     def loop_of(component: str):
-        if cfg.serial_mode:
-            return runner.event_loop, None
         proc = ComponentProcess(f"{component}_proc", ctx, cfg.torch_threads)
         topology.processes.append(proc)
+        topology.host[component] = proc
         return proc.event_loop, proc
 
     loop, learner_proc = loop_of(name)
     learner = Learner(loop, cfg, datasets, weights, setup.obs_space, setup.action_space, setup.models[0].spec,
                       setup.device, setup.seed, setup.checkpoint_dirs[0], setup.resume_from[0],
                       algorithm_builder(cfg.algo), control, 0, topology.weights)
-    spec = SamplerSpec(cfg, setup.registry, setup.obs_space, setup.action_space, setup.agents_per_env, 0, 0,
+    spec = SamplerSpec(setup.cfg, setup.registry, setup.obs_space, setup.action_space, setup.agents_per_env, 0, 0,
                        setup.seed)
     loop, ingest_proc = loop_of(INGEST)
     ingest = ShardIngest(loop, cfg, datasets, weights, spec, control)
-    for proc, component in ((learner_proc, learner), (ingest_proc, ingest)):
-        if proc is not None:
-            proc.reporter = component
-            topology.host[component.name] = proc
+    learner_proc.reporter, ingest_proc.reporter = learner, ingest
+    ingest_proc.death_hint = (": it is this run's Ray driver, which Ray ends when the cluster's head (or this "
+                              "machine's Ray node) is gone; Ray's own message is above")
     topology.components, topology.learners = [learner, ingest], [learner]
     sig.BATCH_READY.connect(ingest, learner.batch_ready)
     sig.BATCH_CONSUMED.connect(learner, ingest.batch_consumed)

@@ -19,6 +19,7 @@ log = logging.getLogger("sf_core")
 
 PLACEMENT_TIMEOUT_SEC = 60.0
 CONNECT_TIMEOUT_SEC = 5.0
+GCS_RECONNECT_TIMEOUT_SEC = 20
 # what counts as "the sampler is gone" (its process or node died, or it raised): its shards in flight are dropped
 LOST_ERRORS: tuple[type[BaseException], ...] = ()
 
@@ -31,6 +32,9 @@ def connect(cfg: Config) -> None:
     LOST_ERRORS = (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.ObjectLostError,
                    ray.exceptions.OwnerDiedError, ray.exceptions.ActorUnavailableError)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Ray ends a driver that cannot reach the head for this long (60 s by default): the run then stops
+    # sooner, with the learner's checkpoint. A head that restarts slower (GCS fault tolerance) needs more.
+    os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", str(GCS_RECONNECT_TIMEOUT_SEC))
     options: dict = {"namespace": "sf_core", "logging_level": logging.WARNING, "log_to_driver": True}
     if cfg.ray_address == "local":
         options.update(include_dashboard=False)
