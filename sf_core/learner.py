@@ -7,14 +7,16 @@ The algorithm is a dataflow graph (`algo.algorithms`, run by `algo.graph.GraphEx
 only moves data, keeps the policy version, and saves checkpoints.
 
 Each policy has its own learner, with its own hyperparameters (the flags, --policy_hyperparams, or
-what PBT set: `pbt_replace`), saved in its checkpoints and restored on resume.
+what PBT set: `pbt_replace`), saved in its checkpoints and restored on resume. With --num_learners=N the
+learner is rank 0 of a learner group (sf_core/learner_group.py): ranks 1..N-1 train beside it with the
+same `Trainer`, each on its share of every dataset.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import gymnasium as gym
 import torch
@@ -30,7 +32,10 @@ from sf_core.config import NUMERIC_LEARNING_FLAGS, Config
 from sf_core.control import ControlBlock
 from sf_core.sample import BATCH_KEYS
 from sf_core.signals import BATCH_CONSUMED, CHECKPOINT_SAVED, REPORT, LearnerReport
-from signal_slot.signal_slot import EventLoop
+from signal_slot.signal_slot import EventLoop, Timer
+
+if TYPE_CHECKING:
+    from sf_core.learner_group import GroupLink, GroupSpec
 
 
 def learner_name(policy: int, num_policies: int) -> str:
@@ -44,7 +49,8 @@ def hyperparams_of(cfg: Config) -> dict[str, float]:
 
 class Trainer:
     """The model, its optimizer and the algorithm's graph, built from the shared weights (and a checkpoint
-    on resume): what the learner trains with."""
+    on resume). The learner trains with one; so does every other rank of a learner group, built the same
+    way from the same weights (sf_core/learner_group.py)."""
 
     def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, spec: ModelSpec, device: str,
                  seed: int, algorithm_builder: AlgorithmBuilder, policy: int = 0):
@@ -53,9 +59,17 @@ class Trainer:
         self.hyperparams = hyperparams_of(cfg.policy_config(policy))
         self.models: dict[str, ModelSlot] = {}
         self.executor: GraphExecutor | None = None
+        self.link: GroupLink | None = None
 
-    def build(self, weights: SharedWeights, state: dict | None, on_minibatch: Callable[[], None] = lambda: None) -> int:
-        """Returns the policy version of the weights it starts from."""
+    def on_device(self, device: str) -> "Trainer":
+        """A trainer like this one, not built yet, on `device`: another rank of a learner group."""
+        return Trainer(self.cfg, self.obs_space, self.action_space, self.spec, device, self.seed,
+                       self.algorithm_builder, self.policy)
+
+    def build(self, weights: SharedWeights, state: dict | None, on_minibatch: Callable[[], None] = lambda: None,
+              link: GroupLink | None = None) -> int:
+        """Returns the policy version of the weights it starts from. `link`: this rank's place in a learner
+        group, whose rank 0 then hands every rank its weights, so all start identical."""
         torch.manual_seed(self.seed)
         model = ActorCritic(self.obs_space, self.action_space, self.spec).to(self.device)
         version = weights.load_into(model)
@@ -68,7 +82,9 @@ class Trainer:
         params = self.learning_params()
         algorithm = self.algorithm_builder(params)
         self.models.update(algorithm.extra_models(self.models))
-        context = Context(self.models, params, on_minibatch=on_minibatch, policy_index=self.policy)
+        self.link = link
+        hooks = link.start_identical(model) if link is not None else {}
+        context = Context(self.models, params, on_minibatch=on_minibatch, policy_index=self.policy, **hooks)
         self.executor = GraphExecutor(build_graph(algorithm.nodes, BATCH_KEYS), context)
         self.apply_hyperparams()
         if state is not None:
@@ -76,7 +92,10 @@ class Trainer:
         return version
 
     def learning_params(self) -> LearningParams:
-        return LearningParams.from_config(dataclasses.replace(self.cfg, **self.hyperparams))
+        # a rank of a learner group trains on 1/N of each dataset: in minibatches of 1/N of --batch_size, so
+        # every rank makes as many SGD steps as one learner would
+        batch_size = self.cfg.batch_size // self.cfg.num_learners
+        return LearningParams.from_config(dataclasses.replace(self.cfg, **self.hyperparams, batch_size=batch_size))
 
     def apply_hyperparams(self) -> None:
         """The current hyperparameters into the graph's context and the optimizer (after a PBT change)."""
@@ -87,8 +106,11 @@ class Trainer:
             group.update(lr=h["learning_rate"], eps=h["adam_eps"], betas=(h["adam_beta1"], h["adam_beta2"]))
 
     def train(self, dataset: dict[str, torch.Tensor], lr: float, version: int) -> dict[str, float]:
-        """One training iteration on `dataset`; returns the graph's statistics."""
+        """One training iteration on `dataset` (in a learner group: on this rank's share of it); returns the
+        graph's statistics (in a group: over every rank's share)."""
         assert self.executor is not None, "the graph is built in build(), before any dataset"
+        if self.link is not None:
+            dataset = self.link.share(dataset)
         # the dataset holds exactly the batch's rows (sf_core/sample.py): no slicing, no renaming
         batch = {key: t.to(self.device, non_blocking=True) for key, t in dataset.items()}
         for group in self.models["actor_critic"].optimizer.param_groups:
@@ -97,14 +119,15 @@ class Trainer:
         outputs = self.executor.run(batch)
         # the graph's statistics are nested: a custom *_stats key cannot overwrite version or samples
         stats = {k: v for key, d in outputs.items() if key.endswith("_stats") for k, v in d.items()}
-        return stats
+        return self.link.mean_stats(stats) if self.link is not None else stats
 
 
 class Learner(Component):
     def __init__(self, loop: EventLoop, cfg: Config, datasets: DatasetBuffers, weights: SharedWeights,
                  obs_space: gym.Space, action_space: gym.Space, spec: ModelSpec, device: str, seed: int,
                  checkpoint_dir: str, resume_from: str | None, algorithm_builder: AlgorithmBuilder,
-                 control: ControlBlock, policy: int = 0, population: list[SharedWeights] | None = None):
+                 control: ControlBlock, policy: int = 0, population: list[SharedWeights] | None = None,
+                 group: GroupSpec | None = None):
         super().__init__(loop, learner_name(policy, cfg.num_policies), control)
         self.control = control  # the stop flag: a stop skips the datasets queued behind it
         self.policy = policy
@@ -115,12 +138,18 @@ class Learner(Component):
         self.trainer = Trainer(cfg, obs_space, action_space, spec, device, seed, algorithm_builder, policy)
         self.version = 0
         self.samples_trained = 0
+        self.group = group  # --num_learners > 1: this learner is rank 0 of that group
+        self.link: GroupLink | None = None
         loop.start.connect(self.on_start)
+        if group is not None:
+            self.keepalive = Timer(loop, group.keepalive_interval(), object_id=f"{self.name}_group_keepalive")
+            self.keepalive.timeout.connect(self.keep_group_waiting)
 
     @guarded
     def on_start(self) -> None:
         state = checkpoint.load(self.resume_from, map_location=self.trainer.device) if self.resume_from else None
-        self.version = self.trainer.build(self.weights, state, lambda: self.beat("training on a dataset"))
+        self.link = self.group.join(0) if self.group is not None else None
+        self.version = self.trainer.build(self.weights, state, lambda: self.beat("training on a dataset"), self.link)
         if state is not None:
             self.samples_trained = state["samples_trained"]
             checkpoint.restore_rng(state["rng"])
@@ -179,6 +208,8 @@ class Learner(Component):
         self.beat("training on a dataset")
         dataset = self.datasets[index]
         lr = self._learning_rate()
+        if self.link is not None:  # the other ranks train on their shares of the dataset alongside
+            self.link.send_train(index, lr, self.version)
         stats = self.trainer.train(dataset, lr, self.version)
         # several policies: a dataset holds rows of other policies too (inactive here), which are not ours;
         # counted before the dataset goes back to the batcher, which refills it
@@ -191,5 +222,15 @@ class Learner(Component):
                                         {"learning_rate": lr, **stats}))
 
     @guarded
+    def keep_group_waiting(self) -> None:
+        """The other ranks wait for a command inside a collective, which times out: an idle rank 0 (no
+        dataset yet) tells them to keep waiting."""
+        if self.link is not None:
+            self.link.send_keep_waiting()
+
+    @guarded
     def stop(self) -> None:
+        if self.link is not None:
+            self.link.close()  # tells the other ranks to stop
+            self.link = None
         self.stop_loop()

@@ -213,6 +213,9 @@ class Runner(Component):
 
     @guarded
     def on_component_error(self, component: str, details: str) -> None:
+        rank = self.topology.dead_learner_rank()
+        if rank is not None:  # a learner rank's death fails the learner's next collective: name the cause
+            component, details = rank.name, _died(rank)
         self._fail(component, details)
         self._shutdown()
 
@@ -273,7 +276,7 @@ class Runner(Component):
             # a crashing component reports its error just before exiting: give that report a moment
             first_seen = self.dead_since.setdefault(proc.name, now)
             if now - first_seen > DEATH_REPORT_GRACE_SEC:
-                message = f"process {proc.name} (pid {proc.pid}) died with exit code {proc.exitcode}"
+                message = _died(proc)
                 if self._may_restart_after(proc):
                     self.stats.worker_restarts += 1
                     log.warning("%s; --env_fault_policy=restart: restarting every component from a fresh "
@@ -391,3 +394,7 @@ class Runner(Component):
                 proc.close()
             except ValueError:
                 pass
+
+
+def _died(proc) -> str:  # a ComponentProcess or a learner rank's process
+    return f"process {proc.name} (pid {proc.pid}) died with exit code {proc.exitcode}"
