@@ -21,7 +21,7 @@ from torch import nn
 
 from algo.conv_encoders import ConvEncoder
 from algo.mlp import mlp
-from algo.normalization import RunningMeanStd
+from algo.normalization import Gather, RunningMeanStd
 from algo.observations import ObsField, PackedObs, is_structured
 
 
@@ -109,14 +109,14 @@ class ObsPreprocessor(nn.Module):
         return out
 
     @torch.no_grad()
-    def update(self, obs: torch.Tensor) -> None:
-        """Fold a batch of stored observations into the running statistics."""
+    def update(self, obs: torch.Tensor, gather: Gather | None = None) -> None:
+        """Fold a batch of stored observations into the running statistics (`gather`: see RunningMeanStd)."""
         if not len(self.norms):
             return
         raw = self._raw(obs)
         for key, field, norm in self._plan:
             if norm is not None:
-                norm.update(self._unnormalized(key, field, raw[key]))
+                norm.update(self._unnormalized(key, field, raw[key]), gather)
 
 
 class ObservationEncoder(nn.Module):

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import networkx as nx
 import torch
+
+from algo.normalization import Gather
 
 KINDS = ("inference", "compute", "train_step")
 NodeFn = Callable[["Context", dict[str, Any]], dict[str, Any]]
@@ -72,6 +74,12 @@ class Context:
     on_minibatch: Callable[[], None] = lambda: None
     policy_index: int = 0  # which of --num_policies this learner trains
     extra: dict[str, Any] = field(default_factory=dict)
+    # A learner group (--num_learners, sf_core/learner_group.py): every rank trains on its share of the
+    # batch and all must remain one model. A train_step averages its gradients over the ranks between
+    # backward and clipping, and statistics of the data (the normalizers) fold in every rank's share through
+    # `gather`. One learner: a no-op, and None.
+    average_gradients: Callable[[Iterable[torch.nn.Parameter]], None] = lambda parameters: None
+    gather: Gather | None = None
 
 
 def build_graph(nodes: list[Node], inputs: tuple[str, ...] | set[str]) -> nx.DiGraph:

@@ -32,7 +32,7 @@ from algo.core import RecurrentCore
 from algo.distributions import ActionDistribution, make_action_head
 from algo.encoders import ObservationEncoder, ObsPreprocessor
 from algo.mlp import mlp
-from algo.normalization import RunningMeanStd
+from algo.normalization import Gather, RunningMeanStd
 from algo.observations import is_structured
 from sf_core.config import Config, default
 
@@ -185,9 +185,10 @@ class ActorCritic(nn.Module):
     def initial_state(self, batch: int, device: torch.device | str = "cpu") -> torch.Tensor:
         return torch.zeros(batch, self.rnn_state_size, device=device)
 
-    def update_obs_stats(self, obs: torch.Tensor) -> None:
-        """Fold a batch of stored observations into the input normalisation (the learner does this)."""
-        self.preprocess.update(obs)
+    def update_obs_stats(self, obs: torch.Tensor, gather: Gather | None = None) -> None:
+        """Fold a batch of stored observations into the input normalisation (the learner does this;
+        `gather`: a learner group's, see RunningMeanStd.update)."""
+        self.preprocess.update(obs, gather)
 
     # ------------------------------------------------------------------ forward passes
     def _encode(self, obs: torch.Tensor) -> list[torch.Tensor]:

@@ -145,11 +145,11 @@ def _minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn, epochs: int) -> dict
     obs = x["obs"][:-1].flatten(0, 1)
     if x["inactive"].any():  # only observations agents acted on (an inactive agent's row holds zeros);
         obs = obs[~x["inactive"].flatten()]  # no copy of every frame when all acted
-    model.update_obs_stats(obs)
-    if not mask.any():  # every sample too stale to train on (--max_policy_lag)
+    model.update_obs_stats(obs, ctx.gather)
+    if not _any_learner(ctx, mask.any()):  # every sample too stale to train on (--max_policy_lag)
         return {"skipped_datasets": 1.0}
     if model.returns_norm is not None:
-        model.returns_norm.update(x["value_targets"][mask.bool()])
+        model.returns_norm.update(x["value_targets"][mask.bool()], ctx.gather)
     R = p.recurrence if model.recurrent else 1
     sequences = {key: to_chunks(value, R) for key, value in {
         "obs": x["obs"][:-1], "actions": x["actions"], "log_prob": x["log_prob"], "advantages": x["advantages"],
@@ -173,6 +173,14 @@ def _minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn, epochs: int) -> dict
     stats = {key: value / max(1, steps) for key, value in totals.items()}
     stats.update(value_mean=x["values"][:-1].mean().item(), target_mean=x["value_targets"].mean().item())
     return stats
+
+
+def _any_learner(ctx: Context, flag: torch.Tensor) -> bool:
+    """`flag` here, or on any rank of a learner group: every rank must take the same branch, since each
+    SGD step waits for the others' gradients."""
+    if ctx.gather is None:
+        return bool(flag)
+    return any(bool(f) for f in ctx.gather(flag.float().reshape(1)))
 
 
 def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn) -> dict[str, float]:
@@ -202,6 +210,7 @@ def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn) -> dict
 
     slot.optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    ctx.average_gradients(model.parameters())  # a learner group: every rank steps with the mean gradient
     max_norm = p.max_grad_norm if p.max_grad_norm > 0 else float("inf")
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     slot.optimizer.step()

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
+
+# The same tensor from every learner of a group, in rank order (algo.graph.Context.gather)
+Gather = Callable[[torch.Tensor], list[torch.Tensor]]
 
 
 class RunningMeanStd(nn.Module):
@@ -28,11 +33,23 @@ class RunningMeanStd(nn.Module):
         return self._cache
 
     @torch.no_grad()
-    def update(self, x: torch.Tensor) -> None:
+    def update(self, x: torch.Tensor, gather: Gather | None = None) -> None:
+        """`gather`: a learner group, each rank holding a share of the batch. Every rank folds in every
+        share's moments, in rank order, and so keeps the statistics one learner of the whole batch would."""
         x = x.reshape(-1, *self.mean.shape).double()
-        if x.shape[0] == 0:  # e.g. every sample of a dataset masked out for policy lag
+        if gather is None:
+            if x.shape[0]:  # none: e.g. every sample of a dataset masked out for policy lag
+                self._fold(x.mean(0), x.var(0, unbiased=False), x.shape[0])
             return
-        batch_mean, batch_var, n = x.mean(0), x.var(0, unbiased=False), x.shape[0]
+        n = x.shape[0]
+        zero = torch.zeros_like(self.mean)
+        moments = torch.stack([torch.full_like(self.mean, n), x.mean(0) if n else zero,
+                               x.var(0, unbiased=False) if n else zero])
+        for count, mean, var in gather(moments):
+            if count.flatten()[0] > 0:
+                self._fold(mean, var, int(count.flatten()[0]))
+
+    def _fold(self, batch_mean: torch.Tensor, batch_var: torch.Tensor, n: int) -> None:
         delta, total = batch_mean - self.mean, self.count + n
         self.mean += delta * n / total
         m2 = self.var * self.count + batch_var * n + delta.pow(2) * self.count * n / total

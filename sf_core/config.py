@@ -125,6 +125,10 @@ class Config:
         False, "learning", "Model forward passes (inference and learner) and the backward under bfloat16 autocast "
         "(weights, optimizer, losses and sampling stay float32). SGD steps 2.2-2.5x faster on a CPU with AMX "
         "(scripts/bench_sgd_step.py); also for recent GPUs; slower where bf16 is emulated.")
+    num_learners: int = flag(1, "learning", "Learner processes training one policy together (torch.distributed: "
+                             "gloo on the CPU, NCCL with a GPU per rank): each trains on 1/N of every dataset in "
+                             "minibatches of --batch_size / N; gradients are averaged, as one learner with the whole "
+                             "--batch_size would train. Not with --serial_mode or --with_pbt (docs/distributed.md).")
 
     # --- policies (docs/multi_policy.md)
     num_policies: int = flag(
@@ -267,9 +271,9 @@ class Config:
     def validate(self) -> None:
         if not self.env:
             raise ConfigError("--env is required (a registered env name or a gymnasium id such as CartPole-v1)")
-        positive = ("num_workers", "num_envs_per_worker", "worker_num_splits", "policy_workers_per_policy", "num_policies",
-                    "rollout", "batch_size", "num_batches_per_epoch", "num_epochs", "torch_threads",
-                    "stats_window", "env_frameskip", "keep_checkpoints")
+        positive = ("num_workers", "num_envs_per_worker", "worker_num_splits", "policy_workers_per_policy",
+                    "num_policies", "num_learners", "rollout", "batch_size", "num_batches_per_epoch", "num_epochs",
+                    "torch_threads", "stats_window", "env_frameskip", "keep_checkpoints")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name} must be at least 1, got {getattr(self, name)}")
@@ -298,6 +302,10 @@ class Config:
                 f"(the learner trains on whole trajectories)"
             )
         self._validate_recurrence()
+        if self.num_learners > 1:  # what a learner group needs is checked where it is built
+            from sf_core.learner_group import check_flags
+
+            check_flags(self)
         self._validate_policies()
         for name in ("encoder_mlp_layers", "encoder_conv_mlp_layers", "decoder_mlp_layers"):
             if any(size < 1 for size in getattr(self, name)):
@@ -325,15 +333,6 @@ class Config:
         if self.rollout % length or self.batch_size % length:
             raise ConfigError(f"--recurrence={length} must divide --rollout={self.rollout} and --batch_size="
                               f"{self.batch_size}: the learner trains on whole sequences of that length")
-
-    def share_policy_processes(self) -> bool:
-        """--policy_processes resolved: whether the components of several policies share processes."""
-        if self.num_policies == 1 or self.policy_processes == "own":
-            return False
-        if self.policy_processes == "shared":
-            return True
-        own = self.num_workers + self.num_policies * (self.policy_workers_per_policy + 1)
-        return own > (os.cpu_count() or 1)
 
     def policy_overrides(self) -> dict[int, dict[str, float]]:
         """--policy_hyperparams parsed: policy -> {flag: value}."""

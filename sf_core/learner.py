@@ -7,13 +7,16 @@ The algorithm is a dataflow graph (`algo.algorithms`, run by `algo.graph.GraphEx
 only moves data, keeps the policy version, and saves checkpoints.
 
 Each policy has its own learner, with its own hyperparameters (the flags, --policy_hyperparams, or
-what PBT set: `pbt_replace`), saved in its checkpoints and restored on resume.
+what PBT set: `pbt_replace`), saved in its checkpoints and restored on resume. With --num_learners=N the
+learner is rank 0 of a learner group (sf_core/learner_group.py): ranks 1..N-1 train beside it with the
+same `Trainer`, each on its share of every dataset.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from typing import TYPE_CHECKING, Callable
 
 import gymnasium as gym
 import torch
@@ -29,7 +32,10 @@ from sf_core.config import NUMERIC_LEARNING_FLAGS, Config
 from sf_core.control import ControlBlock
 from sf_core.sample import BATCH_KEYS
 from sf_core.signals import BATCH_CONSUMED, CHECKPOINT_SAVED, REPORT, LearnerReport
-from signal_slot.signal_slot import EventLoop
+from signal_slot.signal_slot import EventLoop, Timer
+
+if TYPE_CHECKING:
+    from sf_core.learner_group import GroupLink, GroupSpec
 
 
 def learner_name(policy: int, num_policies: int) -> str:
@@ -41,76 +47,126 @@ def hyperparams_of(cfg: Config) -> dict[str, float]:
     return {name: float(getattr(cfg, name)) for name in NUMERIC_LEARNING_FLAGS}
 
 
-class Learner(Component):
-    def __init__(self, loop: EventLoop, cfg: Config, datasets: DatasetBuffers, weights: SharedWeights,
-                 obs_space: gym.Space, action_space: gym.Space, spec: ModelSpec, device: str, seed: int,
-                 checkpoint_dir: str, resume_from: str | None, algorithm_builder: AlgorithmBuilder,
-                 control: ControlBlock, policy: int = 0, population: list[SharedWeights] | None = None):
-        super().__init__(loop, learner_name(policy, cfg.num_policies), control)
-        self.control = control  # the stop flag: a stop skips the datasets queued behind it
-        self.policy = policy
-        self.population = population or [weights]  # every policy's weights: PBT copies the best's
-        self.hyperparams = hyperparams_of(cfg.policy_config(policy))
-        self.algorithm_builder = algorithm_builder
-        self.checkpoint_dir, self.resume_from = checkpoint_dir, resume_from
-        self.cfg, self.datasets, self.weights = cfg, datasets, weights
-        self.obs_space, self.action_space, self.device, self.seed = obs_space, action_space, device, seed
-        self.spec = spec  # custom model factories resolved by the runner, so they exist in this process
-        self.version = 0
-        self.samples_trained = 0
-        self.executor: GraphExecutor | None = None
-        self.models: dict[str, ModelSlot] = {}
-        loop.start.connect(self.on_start)
+class Trainer:
+    """The model, its optimizer and the algorithm's graph, built from the shared weights (and a checkpoint
+    on resume). The learner trains with one; so does every other rank of a learner group, built the same
+    way from the same weights (sf_core/learner_group.py)."""
 
-    @guarded
-    def on_start(self) -> None:
+    def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, spec: ModelSpec, device: str,
+                 seed: int, algorithm_builder: AlgorithmBuilder, policy: int = 0):
+        self.cfg, self.obs_space, self.action_space, self.spec = cfg, obs_space, action_space, spec
+        self.device, self.seed, self.algorithm_builder, self.policy = device, seed, algorithm_builder, policy
+        self.hyperparams = hyperparams_of(cfg.policy_config(policy))
+        self.models: dict[str, ModelSlot] = {}
+        self.executor: GraphExecutor | None = None
+        self.link: GroupLink | None = None
+
+    def on_device(self, device: str) -> "Trainer":
+        """A trainer like this one, not built yet, on `device`: another rank of a learner group."""
+        return Trainer(self.cfg, self.obs_space, self.action_space, self.spec, device, self.seed,
+                       self.algorithm_builder, self.policy)
+
+    def build(self, weights: SharedWeights, state: dict | None, on_minibatch: Callable[[], None] = lambda: None,
+              link: GroupLink | None = None) -> int:
+        """Returns the policy version of the weights it starts from. `link`: this rank's place in a learner
+        group, whose rank 0 then hands every rank its weights, so all start identical."""
         torch.manual_seed(self.seed)
         model = ActorCritic(self.obs_space, self.action_space, self.spec).to(self.device)
-        self.weights.load_into(model)
-        self.version = self.weights.current_version()
-        state = checkpoint.load(self.resume_from, map_location=self.device) if self.resume_from else None
+        version = weights.load_into(model)
         if state is not None and self.cfg.with_pbt:  # PBT's current values; otherwise the flags decide
             self.hyperparams.update(state.get("hyperparams", {}))
         # fused: one kernel for all parameters instead of a dozen tensor ops per parameter (docs/performance.md)
         fused = torch.device(self.device).type in ("cpu", "cuda")
         optimizer = torch.optim.Adam(model.parameters(), fused=fused)
         self.models = {"actor_critic": ModelSlot(model, optimizer, self.device)}
-        params = self._learning_params()
+        params = self.learning_params()
         algorithm = self.algorithm_builder(params)
         self.models.update(algorithm.extra_models(self.models))
-        context = Context(self.models, params, on_minibatch=lambda: self.beat("training on a dataset"),
-                          policy_index=self.policy)
+        self.link = link
+        hooks = link.start_identical(model) if link is not None else {}
+        context = Context(self.models, params, on_minibatch=on_minibatch, policy_index=self.policy, **hooks)
         self.executor = GraphExecutor(build_graph(algorithm.nodes, BATCH_KEYS), context)
-        self._apply_hyperparams()
+        self.apply_hyperparams()
         if state is not None:
             optimizer.load_state_dict(state["optimizer"])
-            self.samples_trained = state["samples_trained"]
-            checkpoint.restore_rng(state["rng"])
+        return version
 
-    def _learning_params(self) -> LearningParams:
-        config = dataclasses.replace(self.cfg, **self.hyperparams)
-        return LearningParams.from_config(config)
+    def learning_params(self) -> LearningParams:
+        # a rank of a learner group trains on 1/N of each dataset: in minibatches of 1/N of --batch_size, so
+        # every rank makes as many SGD steps as one learner would
+        batch_size = self.cfg.batch_size // self.cfg.num_learners
+        return LearningParams.from_config(dataclasses.replace(self.cfg, **self.hyperparams, batch_size=batch_size))
 
-    def _apply_hyperparams(self) -> None:
+    def apply_hyperparams(self) -> None:
         """The current hyperparameters into the graph's context and the optimizer (after a PBT change)."""
         assert self.executor is not None
-        self.executor.context.params = self._learning_params()
+        self.executor.context.params = self.learning_params()
         h = self.hyperparams
         for group in self.models["actor_critic"].optimizer.param_groups:
             group.update(lr=h["learning_rate"], eps=h["adam_eps"], betas=(h["adam_beta1"], h["adam_beta2"]))
 
+    def train(self, dataset: dict[str, torch.Tensor], lr: float, version: int) -> dict[str, float]:
+        """One training iteration on `dataset` (in a learner group: on this rank's share of it); returns the
+        graph's statistics (in a group: over every rank's share)."""
+        assert self.executor is not None, "the graph is built in build(), before any dataset"
+        if self.link is not None:
+            dataset = self.link.share(dataset)
+        # the dataset holds exactly the batch's rows (sf_core/sample.py): no slicing, no renaming
+        batch = {key: t.to(self.device, non_blocking=True) for key, t in dataset.items()}
+        for group in self.models["actor_critic"].optimizer.param_groups:
+            group["lr"] = lr
+        self.executor.context.policy_version = version
+        outputs = self.executor.run(batch)
+        # the graph's statistics are nested: a custom *_stats key cannot overwrite version or samples
+        stats = {k: v for key, d in outputs.items() if key.endswith("_stats") for k, v in d.items()}
+        return self.link.mean_stats(stats) if self.link is not None else stats
+
+
+class Learner(Component):
+    def __init__(self, loop: EventLoop, cfg: Config, datasets: DatasetBuffers, weights: SharedWeights,
+                 obs_space: gym.Space, action_space: gym.Space, spec: ModelSpec, device: str, seed: int,
+                 checkpoint_dir: str, resume_from: str | None, algorithm_builder: AlgorithmBuilder,
+                 control: ControlBlock, policy: int = 0, population: list[SharedWeights] | None = None,
+                 group: GroupSpec | None = None):
+        super().__init__(loop, learner_name(policy, cfg.num_policies), control)
+        self.control = control  # the stop flag: a stop skips the datasets queued behind it
+        self.policy = policy
+        self.population = population or [weights]  # every policy's weights: PBT copies the best's
+        self.checkpoint_dir, self.resume_from = checkpoint_dir, resume_from
+        self.cfg, self.datasets, self.weights = cfg, datasets, weights
+        # the spec's custom model factories were resolved by the runner, so they exist in this process
+        self.trainer = Trainer(cfg, obs_space, action_space, spec, device, seed, algorithm_builder, policy)
+        self.version = 0
+        self.samples_trained = 0
+        self.group = group  # --num_learners > 1: this learner is rank 0 of that group
+        self.link: GroupLink | None = None
+        loop.start.connect(self.on_start)
+        if group is not None:
+            self.keepalive = Timer(loop, group.keepalive_interval(), object_id=f"{self.name}_group_keepalive")
+            self.keepalive.timeout.connect(self.keep_group_waiting)
+
+    @guarded
+    def on_start(self) -> None:
+        state = checkpoint.load(self.resume_from, map_location=self.trainer.device) if self.resume_from else None
+        self.link = self.group.join(0) if self.group is not None else None
+        self.version = self.trainer.build(self.weights, state, lambda: self.beat("training on a dataset"), self.link)
+        if state is not None:
+            self.samples_trained = state["samples_trained"]
+            checkpoint.restore_rng(state["rng"])
+
     @guarded
     def save_checkpoint(self, runner_state: dict, is_best: bool) -> None:
-        if self.executor is None:
+        if self.trainer.executor is None:
             return
         self.beat("saving a checkpoint")
+        slot = self.trainer.models["actor_critic"]
         state = {
             "version": self.version,
-            "model": self.models["actor_critic"].module.state_dict(),
-            "optimizer": self.models["actor_critic"].optimizer.state_dict(),
+            "model": slot.module.state_dict(),
+            "optimizer": slot.optimizer.state_dict(),
             "samples_trained": self.samples_trained,
             "learning_rate": self._learning_rate(),
-            "hyperparams": dict(self.hyperparams),
+            "hyperparams": dict(self.trainer.hyperparams),
             "policy": self.policy,
             "rng": checkpoint.rng_state(),
             "runner": runner_state,
@@ -119,7 +175,7 @@ class Learner(Component):
         CHECKPOINT_SAVED.emit(self, path)
 
     def _learning_rate(self) -> float:
-        lr = self.hyperparams["learning_rate"]
+        lr = self.trainer.hyperparams["learning_rate"]
         if self.cfg.lr_schedule == "linear_decay":
             # each of several policies trains on its share of the run's frames
             progress = (self.samples_trained * self.cfg.env_frameskip * self.cfg.num_policies
@@ -131,13 +187,13 @@ class Learner(Component):
     def pbt_replace(self, source: int, hyperparams: dict) -> None:
         """PBT: continue from policy `source`'s latest weights with these hyperparameters. The optimizer's
         moments belonged to the replaced weights: they start afresh."""
-        if self.executor is None:
+        if self.trainer.executor is None:
             return
-        slot = self.models["actor_critic"]
+        slot = self.trainer.models["actor_critic"]
         self.population[source].load_into(slot.module)
         slot.optimizer.state.clear()
-        self.hyperparams.update(hyperparams)
-        self._apply_hyperparams()
+        self.trainer.hyperparams.update(hyperparams)
+        self.trainer.apply_hyperparams()
         self.version += 1  # samples acted on with the replaced weights now count as lagging
         self.weights.publish(slot.module, self.version)
 
@@ -150,27 +206,31 @@ class Learner(Component):
             return
         started = time.perf_counter()
         self.beat("training on a dataset")
-        # the dataset holds exactly the batch's rows (sf_core/sample.py): no slicing, no renaming
-        batch = {key: t.to(self.device, non_blocking=True) for key, t in self.datasets[index].items()}
+        dataset = self.datasets[index]
         lr = self._learning_rate()
-        slot = self.models["actor_critic"]
-        for group in slot.optimizer.param_groups:
-            group["lr"] = lr
-        assert self.executor is not None, "the graph is built in on_start, which runs before any signal"
-        self.executor.context.policy_version = self.version
-        outputs = self.executor.run(batch)
+        if self.link is not None:  # the other ranks train on their shares of the dataset alongside
+            self.link.send_train(index, lr, self.version)
+        stats = self.trainer.train(dataset, lr, self.version)
+        # several policies: a dataset holds rows of other policies too (inactive here), which are not ours;
+        # counted before the dataset goes back to the batcher, which refills it
+        samples = dataset["rewards"].numel() if self.cfg.num_policies == 1 else int((~dataset["inactive"]).sum())
         self.version += 1
-        self.weights.publish(slot.module, self.version)
+        self.weights.publish(self.trainer.models["actor_critic"].module, self.version)
         BATCH_CONSUMED.emit(self, index)
-
-        # several policies: a dataset holds rows of other policies too (inactive here), which are not ours
-        samples = batch["rewards"].numel() if self.cfg.num_policies == 1 else int((~batch["inactive"]).sum())
         self.samples_trained += samples
-        stats = {k: v for key, d in outputs.items() if key.endswith("_stats") for k, v in d.items()}
-        # the graph's statistics are nested: a custom *_stats key cannot overwrite version or samples
         REPORT.emit(self, LearnerReport(self.policy, self.version, samples, time.perf_counter() - started,
                                         {"learning_rate": lr, **stats}))
 
     @guarded
+    def keep_group_waiting(self) -> None:
+        """The other ranks wait for a command inside a collective, which times out: an idle rank 0 (no
+        dataset yet) tells them to keep waiting."""
+        if self.link is not None:
+            self.link.send_keep_waiting()
+
+    @guarded
     def stop(self) -> None:
+        if self.link is not None:
+            self.link.close()  # tells the other ranks to stop
+            self.link = None
         self.stop_loop()

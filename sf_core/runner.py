@@ -8,6 +8,7 @@ The components themselves are built and connected by `sf_core.wiring`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -55,8 +56,7 @@ class Runner(Component):
         if cfg.with_wandb:  # before config.json is written: it keeps the run id
             self.cfg = wandb_logging.with_run_id(self.cfg, os.path.join(cfg.train_dir, cfg.experiment))
         self.registry = registry or registry_snapshot(only=cfg.env)
-        # --ray_address: the samplers run serially if asked; the driver never does, so that Ray ending its
-        # driver process (the shard ingest) on losing the head cannot take the learner's last checkpoint with it
+        # --ray_address: serial samplers if asked, never a serial driver (sf_core/cluster/driver.py says why)
         self.serial = cfg.serial_mode and not cfg.ray_address
         self.loop = EventLoop("runner_loop", serial_mode=self.serial)
         if not self.serial:
@@ -215,6 +215,9 @@ class Runner(Component):
 
     @guarded
     def on_component_error(self, component: str, details: str) -> None:
+        rank = self.topology.dead_learner_rank()
+        if rank is not None:  # a learner rank's death fails the learner's next collective: name the cause
+            component, details = rank.name, _died(rank)
         self._fail(component, details)
         self._shutdown()
 
@@ -275,7 +278,7 @@ class Runner(Component):
             # a crashing component reports its error just before exiting: give that report a moment
             first_seen = self.dead_since.setdefault(proc.name, now)
             if now - first_seen > DEATH_REPORT_GRACE_SEC:
-                message = f"process {proc.name} (pid {proc.pid}) died with exit code {proc.exitcode}{proc.death_hint}"
+                message = _died(proc)
                 if self._may_restart_after(proc):
                     self.stats.worker_restarts += 1
                     log.warning("%s; --env_fault_policy=restart: restarting every component from a fresh "
@@ -389,7 +392,9 @@ class Runner(Component):
 
     def _close_processes(self) -> None:
         for proc in self.topology.processes:
-            try:
+            with contextlib.suppress(ValueError):  # never started
                 proc.close()
-            except ValueError:
-                pass
+
+
+def _died(proc) -> str:  # a ComponentProcess (death_hint: its likely cause) or a learner rank's process
+    return f"process {proc.name} (pid {proc.pid}) died with exit code {proc.exitcode}" + getattr(proc, "death_hint", "")

@@ -3,7 +3,9 @@
 Serial mode puts every component on the runner's loop. Async mode gives each rollout worker and
 inference worker its own process, and each policy's learner a process whose batcher runs on a second
 thread. Rollout workers and trajectory buffers are shared by all policies (--num_policies); each
-policy has its own weights, inference workers, datasets, batcher and learner.
+policy has its own weights, inference workers, datasets, batcher and learner. With --num_learners=N the
+learner is rank 0 of a learner group whose ranks 1..N-1 are plain processes beside it
+(sf_core/learner_group.py).
 Every connection is made here, before any process starts (signal-slot-mp requires it).
 """
 
@@ -11,9 +13,11 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import queue
 import sys
 from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
 from typing import Callable
 
 import gymnasium as gym
@@ -24,7 +28,7 @@ from algo.conv_encoders import conv_summaries
 from algo.model import ActorCritic, ModelSpec
 from envs.multi_agent import is_multi_agent, num_agents
 from envs.registry import EnvContext, EnvRegistry
-from sf_core import policy_mapping
+from sf_core import learner_group, policy_mapping
 from sf_core import signals as sig
 from sf_core.batcher import Batcher, batcher_name
 from sf_core.buffers import BufferLayout, DatasetBuffers, SharedWeights, TrajectoryBuffers, make_lock
@@ -45,7 +49,8 @@ log = logging.getLogger("sf_core")
 @dataclass
 class Topology:
     components: list[Component] = field(default_factory=list)
-    processes: list[ComponentProcess] = field(default_factory=list)
+    # every component process, and the other ranks of a learner group (plain processes)
+    processes: list[ComponentProcess | BaseProcess] = field(default_factory=list)
     control: ControlBlock | None = None
     learners: list[Learner] = field(default_factory=list)  # one per policy
     weights: list[SharedWeights] = field(default_factory=list)  # one per policy
@@ -53,6 +58,11 @@ class Topology:
 
     def dead_components(self) -> list[Component]:
         return [c for c in self.components if c.name in self.host and not self.host[c.name].is_alive()]
+
+    def dead_learner_rank(self) -> ComponentProcess | BaseProcess | None:
+        """A learner group's rank that died: the cause of the error rank 0's next collective raises."""
+        return next((p for p in self.processes if p.name.startswith(learner_group.RANK_PREFIX) and not p.is_alive()),
+                    None)
 
 
 @dataclass
@@ -72,6 +82,16 @@ def start_method(requested: str, device: str) -> str:
         # itself fork-safe: one torch thread before forking, no CUDA, no helper threads yet
         return "fork"
     return "spawn"
+
+
+def share_policy_processes(cfg: Config) -> bool:
+    """--policy_processes resolved: whether the components of several policies share processes."""
+    if cfg.num_policies == 1 or cfg.policy_processes == "own":
+        return False
+    if cfg.policy_processes == "shared":
+        return True
+    own = cfg.num_workers + cfg.num_policies * (cfg.policy_workers_per_policy + 1)
+    return own > (os.cpu_count() or 1)
 
 
 def component_names(cfg: Config, sampler: bool = False) -> list[str]:
@@ -136,6 +156,10 @@ def build_components(setup: Setup, runner: Component, outbox: queue.Queue | None
 
     policies = [_build_policy(setup, p, buffers, layout, topology, control, host, runner, spec, outbox)
                 for p in range(cfg.num_policies)]
+    learner = policies[0].learner
+    if learner.group is not None:  # ranks 1..N-1 of its learner group, started after the learner's process
+        topology.processes += learner_group.follower_processes(ctx, learner.group, learner.trainer, learner.datasets,
+                                                               learner.weights, learner.resume_from, cfg.torch_threads)
     mapping = policy_mapping.resolve(cfg.policy_mapping)
     workers = []
     for w in range(cfg.num_workers):
@@ -160,7 +184,7 @@ def _build_policy(setup: Setup, p: int, buffers: TrajectoryBuffers, layout: Buff
     seed = setup.seed + 1_000_003 * p
     weights = topology.weights[p]
     inference = []
-    share = cfg.share_policy_processes()
+    share = share_policy_processes(cfg)
     for i in range(cfg.policy_workers_per_policy):
         loop, proc = host(inference_worker_name(p, i, n), f"inference_worker_{i}" if share else None)
         inference.append(InferenceWorker(loop, i, cfg, buffers, weights, layout, setup.obs_space, setup.action_space,
@@ -170,11 +194,13 @@ def _build_policy(setup: Setup, p: int, buffers: TrajectoryBuffers, layout: Buff
     datasets = DatasetBuffers(buffers.spaces, layout.rollout, cfg.dataset_size() // cfg.rollout)
     if outbox is not None:  # a sampler: batcher and emitter on the sampler's own loop, in the actor's process
         emitter = ShardEmitter(runner.event_loop, datasets, outbox, control)
-        return PolicyComponents(inference, Batcher(runner.event_loop, cfg, buffers, datasets, layout, control, p), emitter)
+        batcher = Batcher(runner.event_loop, cfg, buffers, datasets, layout, control, p)
+        return PolicyComponents(inference, batcher, emitter)
     loop, proc = host(learner_name(p, n), "learners" if share else None)
+    group = learner_group.plan(cfg, setup.device) if cfg.num_learners > 1 else None
     learner = Learner(loop, cfg, datasets, weights, setup.obs_space, setup.action_space, spec, setup.device, seed,
                       setup.checkpoint_dirs[p], setup.resume_from[p], algorithm_builder(cfg.algo), control,
-                      p, topology.weights)
+                      p, topology.weights, group)
     batcher_loop = runner.event_loop if cfg.serial_mode else Routing.use_plain_pickle(EventLoop(f"batcher_loop_{p}"))
     batcher = Batcher(batcher_loop, cfg, buffers, datasets, layout, control, p)
     if proc:
