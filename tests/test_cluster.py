@@ -67,12 +67,14 @@ def test_two_nodes_solve_cartpole_with_one_node_killed(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_async_samplers_then_enjoy_and_resume_on_one_machine(tmp_path):
-    """Samplers in async mode (their workers are processes they spawn); the policy trained on the cluster
-    plays with enjoy and resumes without Ray, as a policy trained on one machine does."""
+    """Samplers in async mode (their workers are processes they spawn) feeding a learner group of two ranks;
+    the policy trained on the cluster plays with enjoy and resumes without Ray, as one trained on one
+    machine does."""
     result, summary = on_two_nodes(tmp_path, "--env=CartPole-v1", "--num_workers=1", "--train_for_env_steps=30000",
-                                   "--seed=2")
+                                   "--num_learners=2", "--seed=2")
     assert result["exit_code"] == 0, result["output"][-3000:]
     assert summary["frames"] >= 30_000 and summary["samples_trained"] > 0
+    assert "learner group: 2 ranks joined" in result["output"]
     assert len(summary["cluster"]["node_frames"]) == 2, summary["cluster"]  # num_samplers 0: one per node
     assert all(s["frames"] > 0 for s in summary["cluster"]["samplers"])
     assert summary["cluster"]["sampler_restarts"] == 0

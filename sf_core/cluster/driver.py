@@ -12,6 +12,7 @@ import multiprocessing
 from dataclasses import replace
 
 from algo.algorithms import algorithm_builder
+from sf_core import learner_group
 from sf_core import signals as sig
 from sf_core.buffers import BufferLayout, DatasetBuffers, SharedWeights, make_lock
 from sf_core.cluster import placement
@@ -49,9 +50,13 @@ def build_driver_components(setup: Setup, runner: Component) -> Topology:
         return proc.event_loop, proc
 
     loop, learner_proc = loop_of(name)
+    group = learner_group.plan(cfg, setup.device) if cfg.num_learners > 1 else None  # ranks on this machine
     learner = Learner(loop, cfg, datasets, weights, setup.obs_space, setup.action_space, setup.models[0].spec,
                       setup.device, setup.seed, setup.checkpoint_dirs[0], setup.resume_from[0],
-                      algorithm_builder(cfg.algo), control, 0, topology.weights)
+                      algorithm_builder(cfg.algo), control, 0, topology.weights, group)
+    if group is not None:
+        topology.processes += learner_group.follower_processes(ctx, group, learner.trainer, datasets, weights,
+                                                               setup.resume_from[0], cfg.torch_threads)
     spec = SamplerSpec(setup.cfg, setup.registry, setup.obs_space, setup.action_space, setup.agents_per_env, 0, 0,
                        setup.seed)
     loop, ingest_proc = loop_of(INGEST)

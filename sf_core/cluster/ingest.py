@@ -95,10 +95,8 @@ class ShardIngest(Component):
 
         self.beat("taking shards")
         asked = {ref: s for s in self.samplers for ref in s.asked}
-        if asked:
-            done, _ = ray.wait(list(asked), num_returns=len(asked), timeout=0)
-            for ref in done:
-                self._take(asked[ref], ref)
+        for ref in self._answered(list(asked)):
+            self._take(asked[ref], ref)
         self._fill_datasets()
         self._publish_weights()
         for s in self.samplers:
@@ -109,6 +107,27 @@ class ShardIngest(Component):
         if silent > self.cfg.heartbeat_timeout:
             raise RuntimeError(f"no sampler delivered a shard for {silent:.0f}s (--heartbeat_timeout="
                                f"{self.cfg.heartbeat_timeout:g}); Ray nodes alive: {len(placement.alive_nodes())}")
+
+    def _answered(self, refs: list) -> list:
+        """The calls that have answered. Ray (2.60) has been seen, once in a few runs of minutes, to disown a
+        call's result it still owes ("owner is unknown"): such a call is given up, as a lost shard."""
+        import ray
+
+        if not refs:
+            return []
+        try:
+            return ray.wait(refs, num_returns=len(refs), timeout=0)[0]
+        except ValueError:
+            done = []
+            for ref in refs:
+                try:
+                    done += ray.wait([ref], timeout=0)[0]
+                except ValueError as exc:
+                    log.warning("a shard request was dropped: %s", str(exc).split(".")[0])
+                    for s in self.samplers:
+                        if ref in s.asked:
+                            s.asked.remove(ref)
+            return done
 
     def _take(self, s: SamplerState, ref) -> None:
         import ray

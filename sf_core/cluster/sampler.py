@@ -107,7 +107,7 @@ class Sampler:
 
         self.spec, self.node = spec, ray.get_runtime_context().get_node_id()
         # no fork inside a Ray worker (it runs threads); a sampler never trains, writes no files
-        cfg = replace(spec.cfg, ray_address="",
+        cfg = replace(spec.cfg, ray_address="", num_learners=1,
                       mp_start_method="spawn" if spec.cfg.mp_start_method in ("auto", "fork") else
                       spec.cfg.mp_start_method)
         self.outbox: queue.Queue = queue.Queue(maxsize=cfg.shards_in_flight)
