@@ -97,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "training_summary.json while running, as this version does")
     p.add_argument("--phases", default=",".join(DEFAULT_PHASES),
                    help=f"comma-separated subset of {','.join(ALL_PHASES)}")
+    p.add_argument("--cluster_cases", help="comma-separated subset of the cluster phase's cases (default: all)")
     p.add_argument("--raw_processes", type=int, help="processes of the per-core raw phase (default: usable cores)")
     p.add_argument("--startup_timeout", type=float, default=120.0, help="seconds a trainer may take to its 1st frame")
     p.add_argument("--python", default=sys.executable, help="interpreter that runs sf_core.train")
@@ -165,7 +166,7 @@ class Benchmark:
         if "cluster" in wanted:
             from benchlib.cluster import CASES, run_case
 
-            for case in CASES:
+            for case in (args.cluster_cases.split(",") if args.cluster_cases else CASES):
                 self.phase(case, lambda: run_case(case, args, self.cfg_argv, self.extra, self.work_dir),
                            label=f"sf_core on Ray: {case}")
 

@@ -5,8 +5,9 @@ Signals in: batch_consumed, stop. Out: batch_ready, report (sf_core/signals.py).
 
 Each sampler has at most --shards_in_flight shards asked for (`next_shard` calls under way) or taken and
 waiting for a free dataset: the driver never holds more than that of any node, and the emitter on the node
-stops sampling while its outbox is full (sf_core/cluster/shard_emitter.py). A tick of a short timer polls
-Ray (`ray.wait` with no timeout), so the loop still answers batch_consumed and stop at once.
+stops sampling while its outbox is full (sf_core/cluster/shard_emitter.py). A tick of a short timer waits
+in `ray.wait` for the first shard to answer, but only briefly, and not at all while a shard waits for a
+free dataset: so a shard is taken as it arrives, and batch_consumed and stop are answered soon.
 
 A sampler that raises, whose process or node dies, or whose shard's object is lost, is dropped with the
 shards it had in flight (whole datasets: no trajectory mixes rows of two starts) and a new one is started
@@ -35,12 +36,13 @@ from signal_slot.signal_slot import EventLoop, Timer
 
 log = logging.getLogger("sf_core")
 
-TICK_SEC = 0.005
+TICK_SEC = 0.02  # how often the loop turns to Ray
+WAIT_SEC = 0.015  # how long a turn may wait for a shard (none waits then for a dataset): it is taken on arrival
 NEXT_SHARD_TIMEOUT_SEC = 2.0  # how long one next_shard call waits on the node before answering None
 STOP_TIMEOUT_SEC = 3.0
 
 
-@dataclass
+@dataclass(eq=False)  # one per sampler start: compared by identity
 class SamplerState:
     index: int
     incarnation: int
@@ -91,24 +93,25 @@ class ShardIngest(Component):
     # ---------------------------------------------------------------- the poll
     @guarded
     def tick(self) -> None:
-        import ray
-
         self.beat("taking shards")
         asked = {ref: s for s in self.samplers for ref in s.asked}
-        for ref in self._answered(list(asked)):
+        for ref in self._answered(list(asked), wait=0.0 if self.waiting else WAIT_SEC):
             self._take(asked[ref], ref)
         self._fill_datasets()
         self._publish_weights()
-        for s in self.samplers:
-            self._send_weights(s)
-            while len(s.asked) + s.held < self.cfg.shards_in_flight:
-                s.asked.append(s.handle.next_shard.remote(NEXT_SHARD_TIMEOUT_SEC))
+        for s in list(self.samplers):
+            try:
+                self._send_weights(s)
+                while len(s.asked) + s.held < self.cfg.shards_in_flight:
+                    s.asked.append(s.handle.next_shard.remote(NEXT_SHARD_TIMEOUT_SEC))
+            except Exception as exc:  # noqa: BLE001 - Ray refusing a call to it: the sampler is as good as lost
+                self._replace(s, exc)
         silent = time.monotonic() - self.last_shard_at
         if silent > self.cfg.heartbeat_timeout:
             raise RuntimeError(f"no sampler delivered a shard for {silent:.0f}s (--heartbeat_timeout="
                                f"{self.cfg.heartbeat_timeout:g}); Ray nodes alive: {len(placement.alive_nodes())}")
 
-    def _answered(self, refs: list) -> list:
+    def _answered(self, refs: list, wait: float) -> list:
         """The calls that have answered. Ray (2.60) has been seen, once in a few runs of minutes, to disown a
         call's result it still owes ("owner is unknown"): such a call is given up, as a lost shard."""
         import ray
@@ -116,6 +119,8 @@ class ShardIngest(Component):
         if not refs:
             return []
         try:
+            if wait > 0:
+                ray.wait(refs, num_returns=1, timeout=wait)
             return ray.wait(refs, num_returns=len(refs), timeout=0)[0]
         except ValueError:
             done = []
