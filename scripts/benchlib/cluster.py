@@ -25,7 +25,7 @@ REPO = os.path.dirname(SCRIPTS)
 SLOW_ENV = "benchlib.slow_env:SleepyCartPole-v1"
 SLOW_STEP_MS = 2.0
 # a slow env's node: one worker of 16 envs (the env waits, not the CPU); the same for one node and two
-SLOW_FLAGS = ["--num_workers=1", "--num_envs_per_worker=16", "--worker_num_splits=2"]
+SLOW_FLAGS = ["--num_workers=2", "--num_envs_per_worker=8", "--worker_num_splits=2"]
 CASES = {"cluster_1_sampler": 1, "slow_1_node": 1, "slow_2_nodes": 2}
 
 
