@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sf_core.buffers import DatasetBuffers, SharedWeights
@@ -82,8 +82,8 @@ class ShardIngest(Component):
         self.timer.timeout.connect(self.tick)
 
     def _start(self, index: int, incarnation: int, bundle: int = -1) -> SamplerState:
-        spec = SamplerSpec(**{**self.spec.__dict__, "index": index, "incarnation": incarnation,
-                              "seed": self.spec.seed + 7919 * index + 104729 * incarnation})
+        spec = replace(self.spec, index=index, incarnation=incarnation,
+                       seed=self.spec.seed + 7919 * index + 104729 * incarnation)  # no two starts share env seeds
         handle = placement.start_sampler(self.cfg, spec, self.weights_ref, self.weights_version,
                                          self.group if bundle >= 0 else None, bundle)
         state = SamplerState(index, incarnation, handle, weights_sent=self.weights_version)
@@ -142,7 +142,7 @@ class ShardIngest(Component):
             return  # a late answer of a sampler already replaced
         try:
             shard = ray.get(ref, timeout=NEXT_SHARD_TIMEOUT_SEC)
-        except placement.LOST_ERRORS as exc:
+        except placement.lost_errors() as exc:
             self._replace(s, exc)
             return
         if shard is None:

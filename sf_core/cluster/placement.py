@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from typing import Any
 
 from sf_core.cluster.sampler import Sampler, SamplerSpec
 from sf_core.config import Config, ConfigError
@@ -20,17 +21,12 @@ log = logging.getLogger("sf_core")
 PLACEMENT_TIMEOUT_SEC = 60.0
 CONNECT_TIMEOUT_SEC = 5.0
 GCS_RECONNECT_TIMEOUT_SEC = 20
-# what counts as "the sampler is gone" (its process or node died, or it raised): its shards in flight are dropped
-LOST_ERRORS: tuple[type[BaseException], ...] = ()
 
 
 def connect(cfg: Config) -> None:
     """Join the cluster --ray_address names (or start one on this machine: local)."""
     import ray
 
-    global LOST_ERRORS
-    LOST_ERRORS = (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.ObjectLostError,
-                   ray.exceptions.OwnerDiedError, ray.exceptions.ActorUnavailableError)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # Ray ends a driver that cannot reach the head for this long (60 s by default): the run then stops
     # sooner, with the learner's checkpoint. A head that restarts slower (GCS fault tolerance) needs more.
@@ -58,6 +54,15 @@ def check_reachable(cfg: Config) -> None:
         raise ConfigError(f"--ray_address={address}: no Ray head answers there ({exc}); start one with "
                            f"`ray start --head` and pass the address it prints, or --ray_address=auto on a "
                            f"node of the cluster") from None
+
+
+def lost_errors() -> tuple[type[BaseException], ...]:
+    """What a sampler's call raises when the sampler is gone (its process or node died, or it raised): its
+    shards in flight are dropped and it is replaced."""
+    import ray
+
+    e = ray.exceptions
+    return e.RayActorError, e.RayTaskError, e.ObjectLostError, e.OwnerDiedError, e.ActorUnavailableError
 
 
 def alive_nodes() -> list[dict]:
@@ -100,12 +105,11 @@ def start_sampler(cfg: Config, spec: SamplerSpec, weights_ref, version: int, gro
     strategy = (PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=bundle)
                 if group is not None else "SPREAD")
     actor = ray.remote(Sampler).options(num_cpus=cfg.sampler_cpus, max_restarts=0, max_task_retries=0,
-                                        max_concurrency=cfg.shards_in_flight + 3, scheduling_strategy=strategy,
-                                        name=None)
+                                        max_concurrency=cfg.shards_in_flight + 3, scheduling_strategy=strategy)
     return actor.remote(spec, weights_ref, version)
 
 
-def put_weights(tensors: dict) -> tuple:
+def put_weights(tensors: dict) -> Any:
     """One object per weights version, fetched once by each node whose samplers need it."""
     import ray
 

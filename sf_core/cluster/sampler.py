@@ -73,10 +73,6 @@ class SamplerHost(Component):
         self.fail(f"{component} failed: {details.strip().splitlines()[-1] if details.strip() else 'unknown error'}")
 
     @guarded
-    def on_checkpoint_saved(self, path: str) -> None:  # a sampler has no learner: never emitted
-        pass
-
-    @guarded
     def check(self) -> None:
         dead = self.topology.dead_components()
         if dead:
