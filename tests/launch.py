@@ -46,6 +46,14 @@ def start(args: list[str], module: str = "sf_core.train", script: str | None = N
                             env=environment(), cwd=cwd or REPO)
 
 
+def can_isolate() -> bool:
+    """Whether this machine lets us make a network namespace (root, or unprivileged user namespaces)."""
+    try:
+        return subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def run_isolated(args: list[str], timeout: float, script: str) -> subprocess.CompletedProcess:
     """Run a script in a fresh network namespace where only 127.0.0.1 exists (`unshare -n`, then loopback
     up): Ray binds the machine's interface address otherwise. `timeout -k` ends the whole process group,

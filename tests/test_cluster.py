@@ -12,6 +12,8 @@ from tests import launch
 from tests.helpers import read_summary
 
 pytest.importorskip("ray", reason="the cluster tests need Ray: pip install -e '.[ray]'")
+# loopback only: a test cluster runs in a network namespace of its own (root here and on CI)
+needs_namespace = pytest.mark.skipif(not launch.can_isolate(), reason="`unshare -n` is not allowed here (not root)")
 
 SOLVED = 475.0
 
@@ -41,6 +43,7 @@ def on_two_nodes(tmp_path, *flags: str, kill_after_frames: int = 0, kill_cluster
     return result, read_summary(tmp_path)
 
 
+@needs_namespace
 @pytest.mark.slow
 @pytest.mark.timeout(330)
 def test_two_nodes_solve_cartpole_with_one_node_killed(tmp_path):
@@ -64,6 +67,7 @@ def test_two_nodes_solve_cartpole_with_one_node_killed(tmp_path):
     assert replacement["oldest_version"] >= replacement["started_with_version"] > 0, replacement
 
 
+@needs_namespace
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_async_samplers_then_enjoy_and_resume_on_one_machine(tmp_path):
@@ -89,6 +93,7 @@ def test_async_samplers_then_enjoy_and_resume_on_one_machine(tmp_path):
     assert after["frames"] >= 45_000 and after["policy_version"] > summary["policy_version"]
 
 
+@needs_namespace
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_losing_the_whole_cluster_stops_with_a_message_and_a_checkpoint(tmp_path):
