@@ -270,7 +270,7 @@ class Runner(Component):
             self.exit_code = EXIT_OK
 
     def _check_health(self, now: float) -> None:
-        if self.error is not None:
+        if self.error is not None or self.stopping:  # processes end while stopping: by design
             return
         for proc in self.topology.processes:
             if proc.is_alive():

@@ -60,9 +60,10 @@ class Topology:
         return [c for c in self.components if c.name in self.host and not self.host[c.name].is_alive()]
 
     def dead_learner_rank(self) -> ComponentProcess | BaseProcess | None:
-        """A learner group's rank that died: the cause of the error rank 0's next collective raises."""
-        return next((p for p in self.processes if p.name.startswith(learner_group.RANK_PREFIX) and not p.is_alive()),
-                    None)
+        """A learner group's rank that died (not one that ended on rank 0's stop): the cause of the error rank
+        0's next collective raises."""
+        return next((p for p in self.processes if p.name.startswith(learner_group.RANK_PREFIX) and not p.is_alive()
+                     and p.exitcode != 0), None)
 
 
 @dataclass

@@ -66,6 +66,7 @@ class ShardIngest(Component):
         self.weights_ref, self.weights_version = None, -1
         self.restarts = 0
         self.last_shard_at = time.monotonic()
+        self.stopped = False  # a tick queued behind stop must not touch Ray (a Ray call would start a new one)
         loop.start.connect(self.on_start)
 
     @guarded
@@ -93,6 +94,8 @@ class ShardIngest(Component):
     # ---------------------------------------------------------------- the poll
     @guarded
     def tick(self) -> None:
+        if self.stopped:
+            return
         self.beat("taking shards")
         asked = {ref: s for s in self.samplers for ref in s.asked}
         for ref in self._answered(list(asked), wait=0.0 if self.waiting else WAIT_SEC):
@@ -144,6 +147,9 @@ class ShardIngest(Component):
             shard = ray.get(ref, timeout=NEXT_SHARD_TIMEOUT_SEC)
         except placement.lost_errors() as exc:
             self._replace(s, exc)
+            return
+        except (ValueError, ray.exceptions.GetTimeoutError) as exc:  # a result Ray disowned (see _answered)
+            log.warning("a shard of sampler %d was dropped: %s", s.index, str(exc).split(".")[0])
             return
         if shard is None:
             return  # nothing was ready on the node within the call's timeout
@@ -213,6 +219,7 @@ class ShardIngest(Component):
         import ray
 
         self.beat("stopping the samplers")
+        self.stopped = True
         if self.samplers:
             placement.stop_samplers([s.handle for s in self.samplers], STOP_TIMEOUT_SEC)
         if ray.is_initialized():

@@ -117,12 +117,19 @@ def put_weights(tensors: dict) -> Any:
 
 
 def stop_samplers(handles: list, timeout: float) -> None:
-    """Ask every sampler to stop its processes, then end the actors."""
+    """Ask every sampler to stop its processes, then end the actors. Never raises: a sampler may be gone
+    already, or Ray may refuse calls to it (then its processes end when its own does)."""
     import ray
 
-    calls = [handle.stop.remote() for handle in handles]
+    calls = []
+    for handle in handles:
+        try:
+            calls.append(handle.stop.remote())
+        except Exception:  # noqa: BLE001 - Ray no longer knows the actor
+            pass
     try:
-        ray.wait(calls, num_returns=len(calls), timeout=timeout)
+        if calls:
+            ray.wait(calls, num_returns=len(calls), timeout=timeout)
     except Exception:  # noqa: BLE001 - the cluster may be going away; the actors are killed below anyway
         pass
     for handle in handles:
