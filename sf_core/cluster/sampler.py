@@ -10,11 +10,14 @@ replaces the whole sampler (sf_core/cluster/ingest.py).
 
 from __future__ import annotations
 
+import _multiprocessing
+import contextlib
 import logging
 import queue
 import threading
 import time
 from dataclasses import dataclass, replace
+from multiprocessing import resource_tracker
 
 import gymnasium as gym
 import numpy as np
@@ -158,7 +161,7 @@ class Sampler:
         return version
 
     def stop(self) -> None:
-        """Stop the components and their processes (also what the actor's exit runs)."""
+        """Stop the components and their processes (the driver calls it before it ends the actor)."""
         if self.thread.is_alive():
             self.host.shut_down()
             self.thread.join(timeout=STOP_GRACE_SEC)
@@ -168,6 +171,19 @@ class Sampler:
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=2.0)
+        _unlink(self.weights.lock)
+
+
+def _unlink(lock) -> None:
+    """Under spawn, the weights lock is a named semaphore in /dev/shm that only multiprocessing's resource
+    tracker unlinks at exit, and Ray kills the tracker with the actor: unlink it here, its processes gone."""
+    name = getattr(getattr(lock, "_semlock", None), "name", None)
+    if name is None:  # serial mode, or a lock unlinked at creation
+        return
+    with contextlib.suppress(OSError):
+        _multiprocessing.sem_unlink(name)
+    with contextlib.suppress(Exception):  # noqa: BLE001 - no tracker in this process: nothing to forget
+        resource_tracker.unregister(name, "semaphore")
 
 
 def _state_dict(weights: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
