@@ -4,6 +4,9 @@ its own), CartPole solved with a node killed mid-run, the async samplers' path, 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import psutil
 import pytest
@@ -116,3 +119,27 @@ def test_bad_cluster_flags_exit_with_one_message(tmp_path):
     assert two.returncode == 2 and "--num_policies must be 1" in two.stderr, two.stderr[-2000:]
     sync = launch.run([*common, "--ray_address=auto", "--async_rl=False"], timeout=60)
     assert sync.returncode == 2 and "--async_rl must be True" in sync.stderr, sync.stderr[-2000:]
+
+
+NICENESS_PROBE = """
+import multiprocessing as mp, os
+from sf_core.cluster.sampler import take_niceness
+def niceness(q):
+    q.put(os.getpriority(os.PRIO_PROCESS, 0))
+if __name__ == "__main__":
+    os.nice(15)  # what Ray gives every worker
+    take_niceness(0)
+    ctx = mp.get_context("spawn"); q = ctx.Queue(); p = ctx.Process(target=niceness, args=(q,)); p.start()
+    print(os.getpriority(os.PRIO_PROCESS, 0), q.get(timeout=60)); p.join(timeout=60)
+"""
+
+
+def test_a_sampler_and_its_processes_run_at_the_trainers_niceness_not_rays(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(NICENESS_PROBE)
+    proc = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    if os.geteuid() == 0:  # allowed to raise its priority: the sampler and what it starts run at nice 0
+        assert proc.stdout.split() == ["0", "0"], proc.stdout
+    else:  # not allowed: it says how to start the nodes instead
+        assert proc.stdout.split() == ["15", "15"] and "RAY_worker_niceness=0" in proc.stderr, proc.stderr

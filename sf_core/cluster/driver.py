@@ -9,6 +9,7 @@ saving its checkpoint, as after any component's death.
 from __future__ import annotations
 
 import multiprocessing
+import os
 from dataclasses import replace
 
 from algo.algorithms import algorithm_builder
@@ -58,7 +59,7 @@ def build_driver_components(setup: Setup, runner: Component) -> Topology:
         topology.processes += learner_group.follower_processes(ctx, group, learner.trainer, datasets, weights,
                                                                setup.resume_from[0], cfg.torch_threads)
     spec = SamplerSpec(setup.cfg, setup.registry, setup.obs_space, setup.action_space, setup.agents_per_env, 0, 0,
-                       setup.seed)
+                       setup.seed, os.getpriority(os.PRIO_PROCESS, 0))
     loop, ingest_proc = loop_of(INGEST)
     ingest = ShardIngest(loop, cfg, datasets, weights, spec, control)
     learner_proc.reporter, ingest_proc.reporter = learner, ingest

@@ -13,6 +13,7 @@ from __future__ import annotations
 import _multiprocessing
 import contextlib
 import logging
+import os
 import queue
 import threading
 import time
@@ -49,6 +50,7 @@ class SamplerSpec:
     index: int
     incarnation: int
     seed: int
+    niceness: int = 0  # the driver's: the sampler's processes are scheduled as the trainer's are on one machine
 
 
 class SamplerHost(Component):
@@ -110,6 +112,7 @@ class Sampler:
                       mp_start_method="spawn" if spec.cfg.mp_start_method in ("auto", "fork") else
                       spec.cfg.mp_start_method)
         self.outbox: queue.Queue = queue.Queue(maxsize=cfg.shards_in_flight)
+        take_niceness(spec.niceness)  # before the processes start: they inherit it
         self.host = SamplerHost(cfg)
         if not cfg.serial_mode:
             check_user_code(cfg, spec.registry)
@@ -128,6 +131,7 @@ class Sampler:
         log.info("sampler %d (start %d) running on node %s", spec.index, spec.incarnation, self.node[:8])
 
     def _run(self) -> None:
+        take_niceness(self.spec.niceness, quiet=True)  # the batcher and emitter's thread
         try:
             self.host.loop.exec()
         except BaseException as exc:  # noqa: BLE001 - a slot raised in serial mode: the driver hears of it
@@ -172,6 +176,23 @@ class Sampler:
                 proc.kill()
                 proc.join(timeout=2.0)
         _unlink(self.weights.lock)
+
+
+def take_niceness(niceness: int, quiet: bool = False) -> None:
+    """The calling thread (and the processes it starts) at `niceness`. Ray starts every worker at nice 15
+    (RAY_worker_niceness) so that its own daemons stay responsive; for a sampler that is the node's whole
+    workload, and on the driver's node it would lose every contest for a core to the learner, which one
+    machine never makes it do. Lowering a nice value needs CAP_SYS_NICE (root, most often): without it the
+    sampler runs at Ray's niceness, unless the nodes were started with RAY_worker_niceness=0."""
+    current = os.getpriority(os.PRIO_PROCESS, 0)  # Linux: of this thread
+    if current <= niceness:
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, niceness)
+    except PermissionError:
+        if not quiet:
+            log.warning("sampler: running at nice %d, below the trainer's %d (no permission to raise it): start "
+                        "the Ray nodes with RAY_worker_niceness=%d for full speed", current, niceness, niceness)
 
 
 def _unlink(lock) -> None:
