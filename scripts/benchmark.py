@@ -55,7 +55,7 @@ for _path in (REPO, SCRIPTS):  # sf_core and benchlib, however this file is run 
 from benchlib.ours import run_ours  # noqa: E402
 from benchlib.proctree import Interrupted  # noqa: E402
 from benchlib.raw_env import run_raw_env  # noqa: E402
-from benchlib.report import LABELS, finish, new_results, usable_cores, write_json  # noqa: E402
+from benchlib.report import LABELS, finish, median_round, new_results, usable_cores, write_json  # noqa: E402
 from benchlib.sample_factory import run_sf  # noqa: E402
 
 if TYPE_CHECKING:
@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch_size", type=int, help="SGD minibatch size (default: the trainer's/preset's)")
     p.add_argument("--encoder_mlp_layers", type=int, nargs="+", help="MLP encoder sizes, e.g. 512 512")
     p.add_argument("--seconds", type=float, default=30.0, help="duration of each timed phase (after warm-up)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every phase this many times in turn and report each phase's median round (on a "
+                        "noisy machine, for ratios between phases)")
     p.add_argument("--warmup", type=float, default=5.0,
                    help="seconds excluded from FPS, counted from the first frame (raw env phases: min(warmup, 1))")
     p.add_argument("--output", default="benchmark_results.json", help="JSON results path")
@@ -135,11 +138,19 @@ class Benchmark:
         self.phases_wanted = wanted_phases(args)
         self.raw_processes = args.raw_processes or usable_cores()
         self.raw_warmup = min(args.warmup, 1.0)
+        self.rounds: dict[str, list[dict]] = {}  # phase -> its result in each round so far (--rounds > 1)
         self.results = new_results(args, self.cfg, self.cfg_argv, self.extra, self.phases_wanted,
                                    self.raw_processes, self.raw_warmup)
 
     def run_all(self) -> None:
-        """Every phase asked for; a failed one is recorded and the next runs, an interruption propagates."""
+        """Every phase asked for, --rounds times in turn (so the machine's drift falls on every phase alike);
+        a failed phase is recorded and the next runs, an interruption propagates."""
+        for number in range(1, self.args.rounds + 1):
+            if self.args.rounds > 1:
+                print(f"round {number} of {self.args.rounds}", flush=True)
+            self.run_round()
+
+    def run_round(self) -> None:
         args, wanted = self.args, self.phases_wanted
         if "raw" in wanted:
             raw_desc = (f"{sys.executable} (in-process, multiprocessing spawn): step {args.env!r} with random "
@@ -178,7 +189,7 @@ class Benchmark:
         results, phases = self.results, self.results["phases"]
         print(f"-> {label or LABELS[name]} ...", flush=True)
         started = time.time()
-        if command:
+        if command and command not in results["commands"]:
             results["commands"].append(command)
         try:
             phases[name] = fn()
@@ -191,6 +202,9 @@ class Benchmark:
         p = phases[name]
         if label:
             p["label"] = label
+        if self.args.rounds > 1:
+            self.rounds.setdefault(name, []).append(p)
+            phases[name] = median_round(self.rounds[name])
         if p.get("command") and p["command"] not in results["commands"]:
             results["commands"].append(p["command"])
         shown = f"{p['fps']:,.0f} frames/s" if p.get("fps") is not None else p.get("reason") or p.get("error", "")
@@ -206,8 +220,8 @@ def check_args(args: argparse.Namespace) -> None:
     unknown = sorted(set(wanted_phases(args)) - set(ALL_PHASES))
     if unknown:
         raise SystemExit(f"benchmark: unknown phases {unknown}; choose from {ALL_PHASES}")
-    if args.seconds <= 0 or args.warmup < 0:
-        raise SystemExit("benchmark: --seconds must be > 0 and --warmup >= 0")
+    if args.seconds <= 0 or args.warmup < 0 or args.rounds < 1:
+        raise SystemExit("benchmark: --seconds must be > 0, --warmup >= 0 and --rounds >= 1")
     args.sf_extra_flags = [flag for chunk in args.sf_extra for flag in shlex.split(chunk)]
     if args.baseline_repo and not os.path.exists(os.path.join(args.baseline_repo, "sf_core", "runner.py")):
         raise SystemExit(f"benchmark: --baseline_repo={args.baseline_repo} is not a checkout of sf_core")

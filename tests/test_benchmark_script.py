@@ -304,3 +304,13 @@ def test_ratios_use_only_successful_phases():
     assert r["training_vs_sf"] is None and r["training_variant_1_vs_sf"] is None
     assert r["training_samples_trained_vs_sf"] is None and r["sampling_vs_raw_1proc"] is None
     assert r["training_vs_raw_1proc"] == 0.6
+
+
+def test_rounds_report_each_phases_median_round():
+    runs = [{"status": "ok", "fps": 30.0, "round": 1}, {"status": "failed"}, {"status": "ok", "fps": 10.0, "round": 3},
+            {"status": "ok", "fps": 20.0, "round": 4}]
+    chosen = report.median_round(runs)
+    assert chosen["round"] == 4 and chosen["fps"] == 20.0  # the median of the three that measured
+    assert chosen["fps_rounds"] == [30.0, None, 10.0, 20.0]
+    assert report.median_round(runs[:1] + runs[2:3])["fps"] == 10.0  # the lower of an even count
+    assert "median of 30, -, 10, 20" in report._notes("training", chosen)

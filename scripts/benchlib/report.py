@@ -112,6 +112,15 @@ def compute_ratios(phases: dict) -> dict:
     }
 
 
+def median_round(runs: list[dict]) -> dict:
+    """A phase's result over its rounds: the round with the median frames/s (the lower one of an even
+    count), with every round's figure beside it; the last round if none measured frames/s."""
+    measured = sorted((r for r in runs if r.get("fps") is not None), key=lambda r: r["fps"])
+    chosen = dict(measured[(len(measured) - 1) // 2] if measured else runs[-1])
+    chosen["fps_rounds"] = [r.get("fps") for r in runs]
+    return chosen
+
+
 def table(results: dict) -> str:
     """The phases as an aligned text table, in the order they ran."""
     phases = results["phases"]
@@ -150,6 +159,8 @@ def _notes(name: str, p: dict) -> list[str]:
         notes.append(f"1st FPS report with frames {p['first_status_with_frames_s']:.0f}s")
     if p.get("window") and not p["window"].get("complete"):
         notes.append("window incomplete")
+    if len(p.get("fps_rounds") or ()) > 1:
+        notes.append("median of " + ", ".join(f"{f:,.0f}" if f is not None else "-" for f in p["fps_rounds"]))
     return notes
 
 
