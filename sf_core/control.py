@@ -41,6 +41,10 @@ class Heartbeats:
         view[index, 1] = CODE[activity]
         view[index, 0] = time.time()
 
+    def all_started(self) -> bool:
+        """Every component has beaten at least once: each process is past unpickling what it was given."""
+        return not any(ACTIVITIES[int(code)] == "starting" for code in self.table.numpy()[:, 1])
+
     def stalled(self, timeout: float, now: float | None = None) -> list[tuple[str, float, str]]:
         """(name, seconds silent, last activity) for every component silent longer than timeout.
 

@@ -210,6 +210,15 @@ def _shard_taken() -> None:
 SHARD_TAKEN = Signal("shard_taken", _shard_taken, "a sampler's Ray call thread", "the sampler's shard emitter")
 
 
+def _shards_arrived() -> None:
+    """--ray_address: a sampler answered a shard call (the answers wait in the ingest, queued by the Ray
+    thread that ran the call's completion callback)."""
+
+
+SHARDS_ARRIVED = Signal("shards_arrived", _shards_arrived, "a Ray callback thread of the shard ingest",
+                        "the shard ingest")
+
+
 def _save_checkpoint(runner_state: dict, is_best: bool) -> None:
     """Save a checkpoint now, with the runner's counters and this policy's statistics in it (periodically
     and at every stop)."""
@@ -255,5 +264,5 @@ STOP = Signal("stop", _stop, "runner", "every component")
 
 
 ALL: tuple[Signal, ...] = (POLICY_REQUEST, FLUSH_REQUESTS, ADVANCE, ENVS_STEPPED, NEW_TRAJECTORIES, BATCH_READY,
-                           BATCH_CONSUMED, SLOTS_FREED, SHARD_TAKEN, SAVE_CHECKPOINT, PBT_REPLACE, CHECKPOINT_SAVED, REPORT,
-                           COMPONENT_ERROR, STOP)
+                           BATCH_CONSUMED, SLOTS_FREED, SHARD_TAKEN, SHARDS_ARRIVED, SAVE_CHECKPOINT, PBT_REPLACE,
+                           CHECKPOINT_SAVED, REPORT, COMPONENT_ERROR, STOP)

@@ -68,6 +68,7 @@ def build_driver_components(setup: Setup, runner: Component) -> Topology:
     topology.components, topology.learners = [learner, ingest], [learner]
     sig.BATCH_READY.connect(ingest, learner.batch_ready)
     sig.BATCH_CONSUMED.connect(learner, ingest.batch_consumed)
+    sig.SHARDS_ARRIVED.connect(ingest, ingest.shards_arrived)
     sig.CHECKPOINT_SAVED.connect(learner, runner.on_checkpoint_saved)
     sig.SAVE_CHECKPOINT.connect_to(runner, 0, learner.save_checkpoint)
     for component in topology.components:

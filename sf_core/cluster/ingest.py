@@ -1,13 +1,15 @@
 """Shard ingest: the driver's side of a cluster run (--ray_address). Takes shards from the samplers into the
 learner's datasets, sends each new weights version to every sampler, and replaces samplers that are lost.
 
-Signals in: batch_consumed, stop. Out: batch_ready, report (sf_core/signals.py).
+Signals in: batch_consumed, shards_arrived, stop. Out: batch_ready, report (sf_core/signals.py).
 
 Each sampler has at most --shards_in_flight shards asked for (`next_shard` calls under way) or taken and
 waiting for a free dataset: the driver never holds more than that of any node, and the emitter on the node
-stops sampling while its outbox is full (sf_core/cluster/shard_emitter.py). A tick of a short timer waits
-in `ray.wait` for the first shard to answer, but only briefly, and not at all while a shard waits for a
-free dataset: so a shard is taken as it arrives, and batch_consumed and stop are answered soon.
+stops sampling while its outbox is full (sf_core/cluster/shard_emitter.py). Nothing polls Ray: each call's
+completion callback (on one of Ray's threads) queues the answer and wakes the loop with shards_arrived, and
+each batch_consumed (the learner has just published new weights) sends the weights on. A slow timer only
+keeps the heartbeat, gives up calls Ray never answers, and notices silence. Polling, at 50 Hz, took a
+tenth of a core and woke Ray's daemons hundreds of times a second (docs/performance.md).
 
 A sampler that raises, whose process or node dies, or whose shard's object is lost, is dropped with the
 shards it had in flight (whole datasets: no trajectory mixes rows of two starts) and a new one is started
@@ -21,25 +23,28 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sf_core.buffers import DatasetBuffers, SharedWeights
 from sf_core.cluster import placement
-from sf_core.cluster.sampler import SamplerSpec
+from sf_core.cluster.sampler import STOP_GRACE_SEC, SamplerSpec
 from sf_core.cluster.shards import Shard, copy_into
 from sf_core.component import Component, guarded
 from sf_core.config import Config
 from sf_core.control import ControlBlock
-from sf_core.signals import BATCH_READY, REPORT, SamplerReport
+from sf_core.signals import BATCH_READY, REPORT, SHARDS_ARRIVED, SamplerReport
 from signal_slot.signal_slot import EventLoop, Timer
 
 log = logging.getLogger("sf_core")
 
-TICK_SEC = 0.02  # how often the loop turns to Ray
-WAIT_SEC = 0.015  # how long a turn may wait for a shard (none waits then for a dataset): it is taken on arrival
+TICK_SEC = 0.25  # the housekeeping timer: heartbeat, calls given up, silence
 NEXT_SHARD_TIMEOUT_SEC = 2.0  # how long one next_shard call waits on the node before answering None
-STOP_TIMEOUT_SEC = 3.0
+# A call unanswered this long after its own timeout is given up, as a lost shard: Ray (2.60) has been seen,
+# once in a few runs of minutes, to disown a result it still owed ("owner is unknown")
+UNANSWERED_SEC = NEXT_SHARD_TIMEOUT_SEC + 10.0
+STOP_TIMEOUT_SEC = 2 * STOP_GRACE_SEC + 2.0  # Sampler.stop's own bounds, and a little
 
 
 @dataclass(eq=False)  # one per sampler start: compared by identity
@@ -47,10 +52,10 @@ class SamplerState:
     index: int
     incarnation: int
     handle: Any  # the Ray actor handle (ray.actor.ActorHandle: typed by Ray at run time only)
-    asked: list = field(default_factory=list)  # next_shard calls under way
+    asked: dict = field(default_factory=dict)  # next_shard calls under way: ObjectRef -> when asked
     held: int = 0  # shards taken, waiting for a dataset
     node: str = "?"
-    weights_call: Any = None  # the set_weights call under way, if any
+    weights_call: Future | None = None  # the set_weights call under way, if any
     weights_sent: int = -1
 
 
@@ -60,13 +65,14 @@ class ShardIngest(Component):
         super().__init__(loop, "shard_ingest", control)
         self.cfg, self.datasets, self.weights, self.spec = cfg, datasets, weights, spec
         self.samplers: list[SamplerState] = []
+        self.arrived: deque[tuple[SamplerState, Any, Future]] = deque()  # answers queued by Ray's threads
         self.waiting: deque[tuple[SamplerState, Shard]] = deque()  # taken, for the next free dataset
         self.free = deque(range(len(datasets)))
         self.group = None
         self.weights_ref, self.weights_version = None, -1
         self.restarts = 0
         self.last_shard_at = time.monotonic()
-        self.stopped = False  # a tick queued behind stop must not touch Ray (a Ray call would start a new one)
+        self.stopped = False  # a slot queued behind stop must not touch Ray (a Ray call would start a new one)
         loop.start.connect(self.on_start)
 
     @guarded
@@ -81,6 +87,7 @@ class ShardIngest(Component):
         self.last_shard_at = time.monotonic()
         self.timer = Timer(self.event_loop, TICK_SEC, object_id="shard_ingest_tick")
         self.timer.timeout.connect(self.tick)
+        self._ask_all()
 
     def _start(self, index: int, incarnation: int, bundle: int = -1) -> SamplerState:
         spec = replace(self.spec, index=index, incarnation=incarnation,
@@ -91,64 +98,46 @@ class ShardIngest(Component):
         REPORT.emit(self, SamplerReport(index, incarnation, "", 0, "started", version=self.weights_version))
         return state
 
-    # ---------------------------------------------------------------- the poll
-    @guarded
-    def tick(self) -> None:
-        if self.stopped:
-            return
-        self.beat("taking shards")
-        asked = {ref: s for s in self.samplers for ref in s.asked}
-        for ref in self._answered(list(asked), wait=0.0 if self.waiting else WAIT_SEC):
-            self._take(asked[ref], ref)
-        self._fill_datasets()
-        self._publish_weights()
+    # ---------------------------------------------------------------- asking and taking
+    def _ask_all(self) -> None:
+        """The newest weights to every sampler that can take them, and shard calls up to the bound."""
         for s in list(self.samplers):
             try:
                 self._send_weights(s)
                 while len(s.asked) + s.held < self.cfg.shards_in_flight:
-                    s.asked.append(s.handle.next_shard.remote(NEXT_SHARD_TIMEOUT_SEC))
+                    self._ask(s)
             except Exception as exc:  # noqa: BLE001 - Ray refusing a call to it: the sampler is as good as lost
                 self._replace(s, exc)
-        silent = time.monotonic() - self.last_shard_at
-        if silent > self.cfg.heartbeat_timeout:
-            raise RuntimeError(f"no sampler delivered a shard for {silent:.0f}s (--heartbeat_timeout="
-                               f"{self.cfg.heartbeat_timeout:g}); Ray nodes alive: {len(placement.alive_nodes())}")
 
-    def _answered(self, refs: list, wait: float) -> list:
-        """The calls that have answered. Ray (2.60) has been seen, once in a few runs of minutes, to disown a
-        call's result it still owes ("owner is unknown"): such a call is given up, as a lost shard."""
-        import ray
+    def _ask(self, s: SamplerState) -> None:
+        ref = s.handle.next_shard.remote(NEXT_SHARD_TIMEOUT_SEC)
+        s.asked[ref] = time.monotonic()
+        ref.future().add_done_callback(lambda answer: self._on_answer(s, ref, answer))
 
-        if not refs:
-            return []
+    def _on_answer(self, s: SamplerState, ref: Any, answer: Future) -> None:
+        """On a thread of Ray's: queue the answer and wake the loop (deque.append is atomic)."""
+        if not self.stopped:
+            self.arrived.append((s, ref, answer))
+            SHARDS_ARRIVED.emit(self)
+
+    @guarded
+    def shards_arrived(self) -> None:
+        if self.stopped:
+            return
+        while self.arrived:
+            self._take(*self.arrived.popleft())
+        self._fill_datasets()
+        self._ask_all()
+
+    def _take(self, s: SamplerState, ref: Any, answer: Future) -> None:
+        if s.asked.pop(ref, None) is None or s not in self.samplers:
+            return  # given up already, or a late answer of a sampler already replaced
         try:
-            if wait > 0:
-                ray.wait(refs, num_returns=1, timeout=wait)
-            return ray.wait(refs, num_returns=len(refs), timeout=0)[0]
-        except ValueError:
-            done = []
-            for ref in refs:
-                try:
-                    done += ray.wait([ref], timeout=0)[0]
-                except ValueError as exc:
-                    log.warning("a shard request was dropped: %s", str(exc).split(".")[0])
-                    for s in self.samplers:
-                        if ref in s.asked:
-                            s.asked.remove(ref)
-            return done
-
-    def _take(self, s: SamplerState, ref) -> None:
-        import ray
-
-        s.asked.remove(ref)
-        if s not in self.samplers:
-            return  # a late answer of a sampler already replaced
-        try:
-            shard = ray.get(ref, timeout=NEXT_SHARD_TIMEOUT_SEC)
+            shard = answer.result(timeout=0)
         except placement.lost_errors() as exc:
             self._replace(s, exc)
             return
-        except (ValueError, ray.exceptions.GetTimeoutError) as exc:  # a result Ray disowned (see _answered)
+        except Exception as exc:  # noqa: BLE001 - a result Ray disowned (see UNANSWERED_SEC)
             log.warning("a shard of sampler %d was dropped: %s", s.index, str(exc).split(".")[0])
             return
         if shard is None:
@@ -172,8 +161,32 @@ class ShardIngest(Component):
 
     @guarded
     def batch_consumed(self, index: int) -> None:
+        """The learner trained on dataset `index` and published the weights it made."""
         self.free.append(index)
+        if self.stopped:
+            return
+        self._publish_weights()
         self._fill_datasets()
+        self._ask_all()
+
+    @guarded
+    def tick(self) -> None:
+        if self.stopped:
+            return
+        self.beat("taking shards")
+        now = time.monotonic()
+        for s in self.samplers:
+            for ref, asked_at in list(s.asked.items()):
+                if now - asked_at > UNANSWERED_SEC:
+                    log.warning("a shard request to sampler %d was dropped: no answer in %.0fs", s.index,
+                                now - asked_at)
+                    del s.asked[ref]
+        self._publish_weights()
+        self._ask_all()
+        silent = now - self.last_shard_at
+        if silent > self.cfg.heartbeat_timeout:
+            raise RuntimeError(f"no sampler delivered a shard for {silent:.0f}s (--heartbeat_timeout="
+                               f"{self.cfg.heartbeat_timeout:g}); Ray nodes alive: {len(placement.alive_nodes())}")
 
     # ---------------------------------------------------------------- weights
     def _publish_weights(self) -> None:
@@ -185,15 +198,10 @@ class ShardIngest(Component):
 
     def _send_weights(self, s: SamplerState) -> None:
         """The newest version, unless this sampler has it or is still taking an older one."""
-        import ray
-
-        if s.weights_call is not None:
-            done, _ = ray.wait([s.weights_call], timeout=0)
-            if not done:
-                return
-            s.weights_call = None
+        if s.weights_call is not None and not s.weights_call.done():
+            return
         if s.weights_sent != self.weights_version:
-            s.weights_call = s.handle.set_weights.remote(self.weights_ref, self.weights_version)
+            s.weights_call = s.handle.set_weights.remote(self.weights_ref, self.weights_version).future()
             s.weights_sent = self.weights_version
 
     # ---------------------------------------------------------------- faults
@@ -202,6 +210,7 @@ class ShardIngest(Component):
         log.warning("sampler %d (start %d, node %s) lost: %s", s.index, s.incarnation, s.node[:8], detail)
         REPORT.emit(self, SamplerReport(s.index, s.incarnation, s.node, 0, "lost", detail))
         self.samplers.remove(s)
+        s.asked.clear()
         self.waiting = deque((o, shard) for o, shard in self.waiting if o is not s)
         placement.stop_samplers([s.handle], timeout=0.0)
         if self.restarts >= self.cfg.max_sampler_restarts:

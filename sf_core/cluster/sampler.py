@@ -62,6 +62,7 @@ class SamplerHost(Component):
         self.lock = threading.Lock()
         self.error: str | None = None
         self.topology = Topology()
+        self.lock_released = False  # the weights lock's name unlinked (see _unlink)
 
     def take_reports(self) -> list[Report]:
         with self.lock:
@@ -79,6 +80,10 @@ class SamplerHost(Component):
 
     @guarded
     def check(self) -> None:
+        heartbeats = self.topology.control.heartbeats if self.topology.control is not None else None
+        if not self.lock_released and heartbeats is not None and heartbeats.all_started():
+            _unlink(self.topology.weights[0].lock)  # every process has it open: the name is no longer needed
+            self.lock_released = True
         dead = self.topology.dead_components()
         if dead:
             self.fail(f"process of {dead[0].name} died")
@@ -197,7 +202,9 @@ def take_niceness(niceness: int, quiet: bool = False) -> None:
 
 def _unlink(lock) -> None:
     """Under spawn, the weights lock is a named semaphore in /dev/shm that only multiprocessing's resource
-    tracker unlinks at exit, and Ray kills the tracker with the actor: unlink it here, its processes gone."""
+    tracker unlinks at exit, and Ray kills the tracker with the actor. Its name is unlinked as soon as every
+    process has opened it (SamplerHost.check), or else when the sampler stops (the driver waits for that,
+    ingest.STOP_TIMEOUT_SEC, even for a sampler stopped while its processes were still starting)."""
     name = getattr(getattr(lock, "_semlock", None), "name", None)
     if name is None:  # serial mode, or a lock unlinked at creation
         return
