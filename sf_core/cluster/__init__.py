@@ -2,7 +2,7 @@
 
     driver (python -m sf_core.train)                 each node
     runner ── learner ◀─ batch_ready ── ShardIngest ◀── shards ── Sampler actor (sampler.py)
-                 │                          │  (ray.wait,             rollout + inference workers,
+                 │                          │  (call callbacks,       rollout + inference workers,
                  └─ weights (shared memory) ┘   bounded per sampler)  batcher ─▶ ShardEmitter
                                             └── one ray.put per weights version ──▶ every sampler
 
