@@ -9,7 +9,7 @@ stops sampling while its outbox is full (sf_core/cluster/shard_emitter.py). Noth
 completion callback (on one of Ray's threads) queues the answer and wakes the loop with shards_arrived, and
 each batch_consumed (the learner has just published new weights) sends the weights on. A slow timer only
 keeps the heartbeat, gives up calls Ray never answers, and notices silence. Polling, at 50 Hz, took a
-tenth of a core and woke Ray's daemons hundreds of times a second (docs/performance.md).
+tenth of a core and woke Ray's daemons hundreds of times a second (docs/distributed.md, "Measured").
 
 A sampler that raises, whose process or node dies, or whose shard's object is lost, is dropped with the
 shards it had in flight (whole datasets: no trajectory mixes rows of two starts) and a new one is started
