@@ -77,17 +77,23 @@ def reap(processes: set, timeout: float = 10.0) -> list[int]:
 
 
 def frames_of(summary_path: str) -> int:
+    return progress_of(summary_path)[0]
+
+
+def progress_of(summary_path: str) -> tuple[int, int]:
+    """The run's frames, and how many nodes have delivered shards, from its running summary."""
     try:
         with open(summary_path) as f:
-            return int(json.load(f).get("frames", 0))
+            summary = json.load(f)
     except (OSError, ValueError):
-        return 0
+        return 0, 0
+    return int(summary.get("frames", 0)), len((summary.get("cluster") or {}).get("node_frames", {}))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=2)
-    parser.add_argument("--kill_node_after_frames", type=int, default=0)
+    parser.add_argument("--kill_node_after_frames", type=int, default=0, help="and once every node sampled")
     parser.add_argument("--kill_cluster_after_frames", type=int, default=0, help="every node, the head included")
     parser.add_argument("--summary", default="", help="training_summary.json of the run (to decide the kill)")
     parser.add_argument("--timeout", type=float, default=300.0)
@@ -108,9 +114,11 @@ def main() -> int:
         reader.start()
         while proc.poll() is None and time.monotonic() - began < args.timeout:
             spawned |= descendants()
+            frames, sampling = progress_of(args.summary)
+            # a node is killed once every node has sampled: a sampler can take long to start on a busy machine
             if (args.kill_node_after_frames and result["killed_at_frames"] is None and workers
-                    and frames_of(args.summary) >= args.kill_node_after_frames):
-                result["killed_at_frames"] = frames_of(args.summary)
+                    and frames >= args.kill_node_after_frames and sampling == args.nodes):
+                result["killed_at_frames"] = frames
                 cluster.remove_node(workers[-1], allow_graceful=False)
             if (args.kill_cluster_after_frames and result["cluster_killed_at_frames"] is None
                     and frames_of(args.summary) >= args.kill_cluster_after_frames):

@@ -113,7 +113,8 @@ def test_losing_the_whole_cluster_stops_with_a_message_and_a_checkpoint(tmp_path
     assert result["cluster_killed_at_frames"] is not None, result["output"][-3000:]
     assert result["exit_code"] == 1 and not result.get("timed_out")
     assert "Ray driver" in summary["error"] and "cluster's head" in summary["error"], summary["error"]
-    assert summary["last_checkpoint"] and summary["frames"] >= result["cluster_killed_at_frames"]
+    assert summary["last_checkpoint"] and summary["frames"] >= result["cluster_killed_at_frames"], \
+        (summary, result["output"][-3000:])
 
 
 def test_bad_cluster_flags_exit_with_one_message(tmp_path):

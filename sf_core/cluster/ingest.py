@@ -192,8 +192,11 @@ class ShardIngest(Component):
     def _publish_weights(self) -> None:
         version = self.weights.current_version()
         if version != self.weights_version:
+            # copied under the lock, put outside it: a put that blocks (a cluster going away) or a process
+            # Ray ends inside it must not leave the lock held, and the learner waiting on it for ever
             with self.weights.lock:
-                self.weights_ref = placement.put_weights(self.weights.tensors)
+                arrays = {name: tensor.numpy().copy() for name, tensor in self.weights.tensors.items()}
+            self.weights_ref = placement.put_weights(arrays)
             self.weights_version = version
 
     def _send_weights(self, s: SamplerState) -> None:

@@ -13,6 +13,8 @@ import os
 import socket
 from typing import Any
 
+import numpy as np
+
 from sf_core.cluster.sampler import Sampler, SamplerSpec
 from sf_core.config import Config, ConfigError
 
@@ -109,11 +111,11 @@ def start_sampler(cfg: Config, spec: SamplerSpec, weights_ref, version: int, gro
     return actor.remote(spec, weights_ref, version)
 
 
-def put_weights(tensors: dict) -> Any:
+def put_weights(arrays: dict[str, np.ndarray]) -> Any:
     """One object per weights version, fetched once by each node whose samplers need it."""
     import ray
 
-    return ray.put({name: tensor.numpy() for name, tensor in tensors.items()})
+    return ray.put(arrays)
 
 
 def stop_samplers(handles: list, timeout: float) -> None:

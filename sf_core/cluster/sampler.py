@@ -81,9 +81,8 @@ class SamplerHost(Component):
     @guarded
     def check(self) -> None:
         heartbeats = self.topology.control.heartbeats if self.topology.control is not None else None
-        if not self.lock_released and heartbeats is not None and heartbeats.all_started():
-            _unlink(self.topology.weights[0].lock)  # every process has it open: the name is no longer needed
-            self.lock_released = True
+        if heartbeats is not None and heartbeats.all_started():
+            self.release_lock_name()  # every process has it open: the name is no longer needed
         dead = self.topology.dead_components()
         if dead:
             self.fail(f"process of {dead[0].name} died")
@@ -91,6 +90,13 @@ class SamplerHost(Component):
             for name, silent, activity in self.topology.control.heartbeats.stalled(self.cfg.heartbeat_timeout):
                 self.fail(f"{name}: no heartbeat for {silent:.0f}s (last activity: {activity})")
                 break
+
+    def release_lock_name(self) -> None:
+        """Unlink the weights lock's name, once (a second unregister makes the resource tracker print a
+        KeyError traceback)."""
+        if not self.lock_released:
+            _unlink(self.topology.weights[0].lock)
+            self.lock_released = True
 
     def fail(self, error: str) -> None:
         if self.error is None:
@@ -180,7 +186,7 @@ class Sampler:
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=2.0)
-        _unlink(self.weights.lock)
+        self.host.release_lock_name()
 
 
 def take_niceness(niceness: int, quiet: bool = False) -> None:
