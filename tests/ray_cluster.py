@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -95,13 +96,15 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--kill_node_after_frames", type=int, default=0, help="and once every node sampled")
     parser.add_argument("--kill_cluster_after_frames", type=int, default=0, help="every node, the head included")
+    parser.add_argument("--stop_after_frames", type=int, default=0,
+                        help="SIGTERM to the trainer, as a user's stop, once every node sampled")
     parser.add_argument("--summary", default="", help="training_summary.json of the run (to decide the kill)")
     parser.add_argument("--timeout", type=float, default=300.0)
     args, train_flags = parser.parse_known_args()
     os.environ.update(ray_environment())
     cluster, workers = start_cluster(args.nodes)
     spawned = descendants()
-    result: dict = {"killed_at_frames": None, "cluster_killed_at_frames": None}
+    result: dict = {"killed_at_frames": None, "cluster_killed_at_frames": None, "stopped_at_frames": None}
     try:
         command = [sys.executable, "-m", "sf_core.train", f"--ray_address={cluster.address}",
                    *[f for f in train_flags if f != "--"]]
@@ -120,6 +123,10 @@ def main() -> int:
                     and frames >= args.kill_node_after_frames and sampling == args.nodes):
                 result["killed_at_frames"] = frames
                 cluster.remove_node(workers[-1], allow_graceful=False)
+            if (args.stop_after_frames and result["stopped_at_frames"] is None
+                    and frames >= args.stop_after_frames and sampling == args.nodes):
+                result["stopped_at_frames"] = frames
+                proc.send_signal(signal.SIGTERM)
             if (args.kill_cluster_after_frames and result["cluster_killed_at_frames"] is None
                     and frames_of(args.summary) >= args.kill_cluster_after_frames):
                 result["cluster_killed_at_frames"] = frames_of(args.summary)
