@@ -77,18 +77,42 @@ def reap(processes: set, timeout: float = 10.0) -> list[int]:
     return [p.pid for p in alive]
 
 
-def frames_of(summary_path: str) -> int:
-    return progress_of(summary_path)[0]
-
-
-def progress_of(summary_path: str) -> tuple[int, int]:
-    """The run's frames, and how many nodes have delivered shards, from its running summary."""
+def read_progress(summary_path: str) -> dict:
+    """From the run's running summary: its frames, how many nodes have delivered shards, its mean return, and
+    whether a replacement sampler (a later incarnation) has delivered any."""
     try:
         with open(summary_path) as f:
             summary = json.load(f)
     except (OSError, ValueError):
-        return 0, 0
-    return int(summary.get("frames", 0)), len((summary.get("cluster") or {}).get("node_frames", {}))
+        summary = {}
+    cluster = summary.get("cluster") or {}
+    return {"frames": int(summary.get("frames", 0)), "nodes": len(cluster.get("node_frames", {})),
+            "mean_return": summary.get("mean_return") or float("-inf"),
+            "replaced": any(s["incarnation"] > 0 and s["frames"] > 0 for s in cluster.get("samplers", []))}
+
+
+def act_on(progress: dict, args, result: dict, cluster, workers: list, proc) -> None:
+    """The scenario's kills and stops, each once, when the run's progress calls for it."""
+    frames, everywhere = progress["frames"], progress["nodes"] == args.nodes
+    # a node is killed once every node has sampled: a sampler can take long to start on a busy machine
+    if (args.kill_node_after_frames and result["killed_at_frames"] is None and workers
+            and frames >= args.kill_node_after_frames and everywhere):
+        result["killed_at_frames"] = frames
+        cluster.remove_node(workers[-1], allow_graceful=False)
+    if args.kill_cluster_after_frames and result["cluster_killed_at_frames"] is None \
+            and frames >= args.kill_cluster_after_frames:
+        result["cluster_killed_at_frames"] = frames
+        for node in [*workers, cluster.head_node]:
+            cluster.remove_node(node, allow_graceful=False)
+    if (args.stop_when_replaced_and_return is not None and result["return_reached_at_frames"] is None
+            and progress["mean_return"] >= args.stop_when_replaced_and_return):
+        result["return_reached_at_frames"] = frames
+    if result["stopped_at_frames"] is None and (
+            (args.stop_after_frames and frames >= args.stop_after_frames and everywhere)
+            or (result["return_reached_at_frames"] is not None and progress["replaced"]
+                and (result["killed_at_frames"] is not None or not args.kill_node_after_frames))):
+        result["stopped_at_frames"] = frames
+        proc.send_signal(signal.SIGTERM)
 
 
 def main() -> int:
@@ -98,13 +122,16 @@ def main() -> int:
     parser.add_argument("--kill_cluster_after_frames", type=int, default=0, help="every node, the head included")
     parser.add_argument("--stop_after_frames", type=int, default=0,
                         help="SIGTERM to the trainer, as a user's stop, once every node sampled")
+    parser.add_argument("--stop_when_replaced_and_return", type=float, default=None,
+                        help="SIGTERM once the mean return has reached this and a replacement sampler has sampled")
     parser.add_argument("--summary", default="", help="training_summary.json of the run (to decide the kill)")
     parser.add_argument("--timeout", type=float, default=300.0)
     args, train_flags = parser.parse_known_args()
     os.environ.update(ray_environment())
     cluster, workers = start_cluster(args.nodes)
     spawned = descendants()
-    result: dict = {"killed_at_frames": None, "cluster_killed_at_frames": None, "stopped_at_frames": None}
+    result: dict = {"killed_at_frames": None, "cluster_killed_at_frames": None, "stopped_at_frames": None,
+                    "return_reached_at_frames": None}
     try:
         command = [sys.executable, "-m", "sf_core.train", f"--ray_address={cluster.address}",
                    *[f for f in train_flags if f != "--"]]
@@ -117,21 +144,7 @@ def main() -> int:
         reader.start()
         while proc.poll() is None and time.monotonic() - began < args.timeout:
             spawned |= descendants()
-            frames, sampling = progress_of(args.summary)
-            # a node is killed once every node has sampled: a sampler can take long to start on a busy machine
-            if (args.kill_node_after_frames and result["killed_at_frames"] is None and workers
-                    and frames >= args.kill_node_after_frames and sampling == args.nodes):
-                result["killed_at_frames"] = frames
-                cluster.remove_node(workers[-1], allow_graceful=False)
-            if (args.stop_after_frames and result["stopped_at_frames"] is None
-                    and frames >= args.stop_after_frames and sampling == args.nodes):
-                result["stopped_at_frames"] = frames
-                proc.send_signal(signal.SIGTERM)
-            if (args.kill_cluster_after_frames and result["cluster_killed_at_frames"] is None
-                    and frames_of(args.summary) >= args.kill_cluster_after_frames):
-                result["cluster_killed_at_frames"] = frames_of(args.summary)
-                for node in [*workers, cluster.head_node]:
-                    cluster.remove_node(node, allow_graceful=False)
+            act_on(read_progress(args.summary), args, result, cluster, workers, proc)
             time.sleep(0.2)
         if proc.poll() is None:
             proc.terminate()
