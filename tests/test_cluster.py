@@ -160,3 +160,35 @@ def test_a_sampler_and_its_processes_run_at_the_trainers_niceness_not_rays(tmp_p
     else:  # not allowed: it says how to start the nodes instead
         assert proc.stdout.split() == ["15", "15"] and "RAY_worker_niceness=0" in proc.stderr, proc.stderr
 
+
+INLINE_PROBE = """
+import numpy as np, ray
+from sf_core.arguments import parse_args
+from sf_core.cluster.placement import sampler_options
+cfg, _ = parse_args(["--env=CartPole-v1"])
+ray.init(include_dashboard=False, logging_level="WARNING", num_cpus=2)
+class Source:
+    def shard(self, nbytes):
+        return {"obs": np.ones(nbytes, dtype=np.uint8)}
+options = sampler_options(cfg)
+options.update(num_cpus=0, max_concurrency=1)  # the probe's own: its calls are what is under test
+source = ray.remote(Source).options(**options).remote()
+for nbytes in (110_000, 2_000_000):  # a CartPole shard; an Atari-sized one
+    ref = source.shard.remote(nbytes)
+    assert ray.get(ref, timeout=60)["obs"].nbytes == nbytes
+    print(len(ray.experimental.get_object_locations([ref])[ref]["node_ids"]))
+ray.shutdown()
+"""
+
+
+@needs_namespace
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_sampler_returns_small_shards_in_the_reply_and_large_ones_through_the_object_store(tmp_path):
+    """A 110 KB shard rides in the call's reply (no object-store copy on any node); a 2 MB one is stored
+    in the object store, as Ray does for every return over 100 KiB by default."""
+    probe = tmp_path / "inline_probe.py"
+    probe.write_text(INLINE_PROBE)
+    proc = launch.run_isolated([], 90, script=str(probe))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-2:] == ["0", "1"], proc.stdout + proc.stderr[-2000:]

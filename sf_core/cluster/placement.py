@@ -21,6 +21,12 @@ from sf_core.config import Config, ConfigError
 log = logging.getLogger("sf_core")
 
 PLACEMENT_TIMEOUT_SEC = 60.0
+# Ray returns a call's value inside its reply up to 100 KiB and through the object store above that. A shard
+# of small observations (CartPole's: 110 KB) then costs a plasma create, seal, fetch and free per shard in
+# the raylet, for nothing a reply could not carry. Up to this size a sampler's shards ride in the reply;
+# Atari's (tens of MB) still take the object store. A driver started with RAY_max_direct_call_object_size
+# gives its samplers that value instead.
+INLINE_RETURN_BYTES = 1 << 20
 CONNECT_TIMEOUT_SEC = 5.0
 GCS_RECONNECT_TIMEOUT_SEC = 20
 
@@ -97,18 +103,23 @@ def place(cfg: Config, count: int):
     return group
 
 
+def sampler_options(cfg: Config, strategy: Any = "SPREAD") -> dict:
+    """The Ray actor options of a sampler. It is not restarted by Ray (the driver replaces it, with the newest
+    weights) and its calls are never retried: a shard is not idempotent."""
+    inline = os.environ.get("RAY_max_direct_call_object_size", str(INLINE_RETURN_BYTES))
+    return dict(num_cpus=cfg.sampler_cpus, max_restarts=0, max_task_retries=0,
+                max_concurrency=cfg.shards_in_flight + 3, scheduling_strategy=strategy,
+                runtime_env={"env_vars": {"RAY_max_direct_call_object_size": inline}})
+
+
 def start_sampler(cfg: Config, spec: SamplerSpec, weights_ref, version: int, group=None, bundle: int = -1):
-    """A sampler actor (in bundle `bundle` of `group`, or wherever Ray finds room). It is not restarted by
-    Ray (the driver replaces it, with the newest weights) and its calls are never retried: a shard is not
-    idempotent."""
+    """A sampler actor, in bundle `bundle` of `group`, or wherever Ray finds room."""
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     strategy = (PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=bundle)
                 if group is not None else "SPREAD")
-    actor = ray.remote(Sampler).options(num_cpus=cfg.sampler_cpus, max_restarts=0, max_task_retries=0,
-                                        max_concurrency=cfg.shards_in_flight + 3, scheduling_strategy=strategy)
-    return actor.remote(spec, weights_ref, version)
+    return ray.remote(Sampler).options(**sampler_options(cfg, strategy)).remote(spec, weights_ref, version)
 
 
 def put_weights(arrays: dict[str, np.ndarray]) -> Any:
