@@ -201,7 +201,7 @@ def test_plot_compares_two_experiments(tmp_path):
 @pytest.mark.timeout(120)
 def test_restart_policy_survives_a_killed_worker_process(tmp_path):
     proc = launch.start(["--env=CartPole-v1", "--num_workers=2", "--env_fault_policy=restart",
-                          f"--train_dir={tmp_path}", "--experiment=w", "--train_for_env_steps=1500000",
+                          f"--train_dir={tmp_path}", "--experiment=w", "--train_for_env_steps=600000",
                           "--train_for_seconds=90", "--report_interval=0.5", "--seed=3"])
     try:
         seen = wait_for_training(proc)
@@ -218,7 +218,7 @@ def test_restart_policy_survives_a_killed_worker_process(tmp_path):
     assert "restarting every component from a fresh checkpoint" in output
     summary = read_summary(tmp_path, "w")
     assert summary["worker_restarts"] == 1
-    assert summary["frames"] >= 1500000  # training carried on to its target after the restart
+    assert summary["frames"] >= 600000  # training carried on to its target after the restart
     assert summary["mean_return"] > 100
 
 
