@@ -79,7 +79,7 @@ def reap(processes: set, timeout: float = 10.0) -> list[int]:
 
 def read_progress(summary_path: str) -> dict:
     """From the run's running summary: its frames, how many nodes have delivered shards, its mean return, and
-    whether a replacement sampler (a later incarnation) has delivered any."""
+    how many replacement samplers (later incarnations) have delivered shards."""
     try:
         with open(summary_path) as f:
             summary = json.load(f)
@@ -88,7 +88,14 @@ def read_progress(summary_path: str) -> dict:
     cluster = summary.get("cluster") or {}
     return {"frames": int(summary.get("frames", 0)), "nodes": len(cluster.get("node_frames", {})),
             "mean_return": summary.get("mean_return") or float("-inf"),
-            "replaced": any(s["incarnation"] > 0 and s["frames"] > 0 for s in cluster.get("samplers", []))}
+            "replaced": sum(s["incarnation"] > 0 and s["frames"] > 0 for s in cluster.get("samplers", []))}
+
+
+def replaced_since_kill(progress: dict, args, result: dict) -> bool:
+    """A sampler started after the node kill (or after the start, without one) has delivered shards."""
+    if args.kill_node_after_frames and result["killed_at_frames"] is None:
+        return False
+    return progress["replaced"] > result.get("replaced_before_kill", 0)
 
 
 def act_on(progress: dict, args, result: dict, cluster, workers: list, proc) -> None:
@@ -97,7 +104,7 @@ def act_on(progress: dict, args, result: dict, cluster, workers: list, proc) -> 
     # a node is killed once every node has sampled: a sampler can take long to start on a busy machine
     if (args.kill_node_after_frames and result["killed_at_frames"] is None and workers
             and frames >= args.kill_node_after_frames and everywhere):
-        result["killed_at_frames"] = frames
+        result["killed_at_frames"], result["replaced_before_kill"] = frames, progress["replaced"]
         cluster.remove_node(workers[-1], allow_graceful=False)
     if args.kill_cluster_after_frames and result["cluster_killed_at_frames"] is None \
             and frames >= args.kill_cluster_after_frames:
@@ -109,8 +116,7 @@ def act_on(progress: dict, args, result: dict, cluster, workers: list, proc) -> 
         result["return_reached_at_frames"] = frames
     if result["stopped_at_frames"] is None and (
             (args.stop_after_frames and frames >= args.stop_after_frames and everywhere)
-            or (result["return_reached_at_frames"] is not None and progress["replaced"]
-                and (result["killed_at_frames"] is not None or not args.kill_node_after_frames))):
+            or (result["return_reached_at_frames"] is not None and replaced_since_kill(progress, args, result))):
         result["stopped_at_frames"] = frames
         proc.send_signal(signal.SIGTERM)
 
