@@ -1,6 +1,8 @@
 """Time one actor call that returns a shard-sized dict of numpy arrays, through Ray's object store (Ray's
 default for values over 100 KiB) and inline in the call's reply (what sf_core's samplers ask for up to
-sf_core.cluster.placement.INLINE_RETURN_BYTES), on a one-node Ray started here.
+sf_core.cluster.placement.INLINE_RETURN_BYTES), on a one-node Ray started here. The actor has a sampler's
+options (placement.sampler_options); the object-store case sets RAY_max_direct_call_object_size back to
+Ray's default, as a user's driver environment would.
 
     unshare -n sh -c 'ip link set lo up && RAY_AUTH_MODE=disabled python scripts/bench_ray_return.py'
 
@@ -19,7 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from sf_core.cluster.placement import INLINE_RETURN_BYTES  # noqa: E402
+from sf_core.arguments import parse_args  # noqa: E402
+from sf_core.cluster.placement import INLINE_RETURN_BYTES, sampler_options  # noqa: E402
 
 RAY_DEFAULT_INLINE = 100 * 1024
 
@@ -35,8 +38,10 @@ class ShardSource:
 def calls_per_second(nbytes: int, inline_limit: int, calls: int, depth: int = 4) -> float:
     import ray
 
-    env = {"env_vars": {"RAY_max_direct_call_object_size": str(inline_limit)}}
-    actor = ray.remote(ShardSource).options(runtime_env=env).remote(nbytes)
+    os.environ["RAY_max_direct_call_object_size"] = str(inline_limit)  # sampler_options passes it on
+    options = sampler_options(parse_args(["--env=CartPole-v1"])[0])
+    options.update(num_cpus=0, max_concurrency=1)  # the probe's own: its calls are what is timed
+    actor = ray.remote(ShardSource).options(**options).remote(nbytes)
     ray.get(actor.shard.remote(), timeout=60)
     began = time.perf_counter()
     pending = [actor.shard.remote() for _ in range(depth)]
