@@ -162,6 +162,7 @@ def test_a_sampler_and_its_processes_run_at_the_trainers_niceness_not_rays(tmp_p
 
 
 INLINE_PROBE = """
+import time
 import numpy as np, ray
 from sf_core.arguments import parse_args
 from sf_core.cluster.placement import sampler_options
@@ -173,10 +174,18 @@ class Source:
 options = sampler_options(cfg)
 options.update(num_cpus=0, max_concurrency=1)  # the probe's own: its calls are what is under test
 source = ray.remote(Source).options(**options).remote()
+def stored_on(ref, seconds=3.0):
+    # the owner learns a stored object's location asynchronously: poll before concluding it has none
+    deadline = time.monotonic() + seconds
+    while True:
+        nodes = ray.experimental.get_object_locations([ref])[ref]["node_ids"]
+        if nodes or time.monotonic() > deadline:
+            return len(nodes)
+        time.sleep(0.1)
 for nbytes in (110_000, 2_000_000):  # a CartPole shard; an Atari-sized one
     ref = source.shard.remote(nbytes)
     assert ray.get(ref, timeout=60)["obs"].nbytes == nbytes
-    print(len(ray.experimental.get_object_locations([ref])[ref]["node_ids"]))
+    print(stored_on(ref))
 ray.shutdown()
 """
 
