@@ -127,7 +127,9 @@ class SamplerReport:
     frames: int  # env frames its workers reported with this shard
     event: str = "shard"  # shard, started, lost
     detail: str = ""  # why it was lost
-    version: int = 0  # started: the weights version it starts from; shard: the oldest that acted in it
+    version: int = 0  # shard: the oldest version of its policy that acted in it
+    policy: int = 0  # shard: whose it is
+    versions: tuple[int, ...] = ()  # started: each policy's weights version it starts from
 
 
 Report = RolloutReport | InferenceReport | LearnerReport | SamplerReport

@@ -32,7 +32,7 @@ from sf_core import learner_group, policy_mapping
 from sf_core import signals as sig
 from sf_core.batcher import Batcher, batcher_name
 from sf_core.buffers import BufferLayout, DatasetBuffers, SharedWeights, TrajectoryBuffers, make_lock
-from sf_core.cluster.shard_emitter import ShardEmitter
+from sf_core.cluster.shard_emitter import ShardEmitter, shard_emitter_name
 from sf_core.component import Component, ComponentProcess, Routing
 from sf_core.config import Config, ConfigError
 from sf_core.control import ControlBlock
@@ -98,7 +98,7 @@ def share_policy_processes(cfg: Config) -> bool:
 def component_names(cfg: Config, sampler: bool = False) -> list[str]:
     """Every component's name (a heartbeat each); a cluster node's sampler emits shards instead of learning."""
     n = cfg.num_policies
-    learners = ["shard_emitter"] if sampler else [learner_name(p, n) for p in range(n)]
+    learners = [(shard_emitter_name if sampler else learner_name)(p, n) for p in range(n)]
     return ([inference_worker_name(p, i, n) for p in range(n) for i in range(cfg.policy_workers_per_policy)]
             + [f"rollout_worker_{w}" for w in range(cfg.num_workers)]
             + learners + [batcher_name(p, n) for p in range(n)])
@@ -194,7 +194,7 @@ def _build_policy(setup: Setup, p: int, buffers: TrajectoryBuffers, layout: Buff
             proc.reporter = inference[-1]
     datasets = DatasetBuffers(buffers.spaces, layout.rollout, cfg.dataset_size() // cfg.rollout)
     if outbox is not None:  # a sampler: batcher and emitter on the sampler's own loop, in the actor's process
-        emitter = ShardEmitter(runner.event_loop, datasets, outbox, control)
+        emitter = ShardEmitter(runner.event_loop, datasets, outbox, control, p, n)
         batcher = Batcher(runner.event_loop, cfg, buffers, datasets, layout, control, p)
         return PolicyComponents(inference, batcher, emitter)
     loop, proc = host(learner_name(p, n), "learners" if share else None)

@@ -90,3 +90,31 @@ class EnvServerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+
+
+def final_returns(experiment_path, episodes: int = 8) -> list[float]:
+    """Each policy's last checkpoint played deterministically on CartPole: its mean return."""
+    from algo.model import ModelSpec
+    from sf_core import checkpoint
+    from sf_core.experiment import load_config
+    from sf_core.policy import PolicyCheckpoint
+
+    cfg = load_config(str(experiment_path))
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    returns = []
+    for p in range(cfg.num_policies):
+        path = checkpoint.latest_checkpoint(checkpoint.checkpoint_dir(str(experiment_path), p, cfg.num_policies))
+        state = checkpoint.load(path)
+        policy = PolicyCheckpoint(cfg, path, state["version"], state["model"], ModelSpec.from_config(cfg)).policy(
+            env.observation_space, env.action_space, deterministic=True)
+        total = 0.0
+        for k in range(episodes):
+            obs, _ = env.reset(seed=1000 + k)
+            episode, done = policy.start_episode(), False
+            while not done:
+                obs, reward, terminated, truncated, _ = env.step(policy.act([obs], episode)[0])
+                total, done = total + reward, terminated or truncated
+        returns.append(total / episodes)
+    return returns

@@ -13,7 +13,7 @@ from envs.registry import EnvContext, register_env
 from sf_core.config import ConfigError
 from sf_core.arguments import parse_args
 from sf_core.policy_mapping import AgentPolicies, register_policy_mapping, resolve
-from tests.helpers import train
+from tests.helpers import final_returns, train
 
 
 # ------------------------------------------------------------------------------------------ the mapping
@@ -141,32 +141,6 @@ def test_two_policies_each_solve_cartpole_on_samples_of_their_own_agents_only(tm
 
 
 # ------------------------------------------------------------------------------------------ PBT
-def final_returns(experiment_path, episodes: int = 8) -> list[float]:
-    """Each policy's last checkpoint played deterministically on CartPole: its mean return."""
-    from algo.model import ModelSpec
-    from sf_core import checkpoint
-    from sf_core.experiment import load_config
-    from sf_core.policy import PolicyCheckpoint
-
-    cfg = load_config(str(experiment_path))
-    env = gym.make("CartPole-v1")
-    returns = []
-    for p in range(cfg.num_policies):
-        path = checkpoint.latest_checkpoint(checkpoint.checkpoint_dir(str(experiment_path), p, cfg.num_policies))
-        state = checkpoint.load(path)
-        policy = PolicyCheckpoint(cfg, path, state["version"], state["model"], ModelSpec.from_config(cfg)).policy(
-            env.observation_space, env.action_space, deterministic=True)
-        total = 0.0
-        for k in range(episodes):
-            obs, _ = env.reset(seed=1000 + k)
-            episode, done = policy.start_episode(), False
-            while not done:
-                obs, reward, terminated, truncated, _ = env.step(policy.act([obs], episode)[0])
-                total, done = total + reward, terminated or truncated
-        returns.append(total / episodes)
-    return returns
-
-
 POPULATION = ("--env=CartPole-v1", "--num_policies=4", "--num_workers=2", "--train_for_env_steps=1200000",
               "--policy_hyperparams", "2:learning_rate=3e-6", "3:learning_rate=3e-6", "--seed=1")
 

@@ -11,8 +11,8 @@ class ClusterStats:
         self.node_frames: dict[str, int] = {}
         self.sampler_frames: dict[tuple[int, int], int] = {}  # (sampler, incarnation) -> frames
         self.sampler_nodes: dict[tuple[int, int], str] = {}
-        self.started_with: dict[tuple[int, int], int] = {}  # the weights version each start began from
-        self.oldest: dict[tuple[int, int], int] = {}  # the oldest policy version in any of its shards
+        self.started_with: dict[tuple[int, int], tuple[int, ...]] = {}  # each policy's version a start began from
+        self.oldest: dict[tuple[int, int], dict[int, int]] = {}  # per policy: the oldest version in its shards
         self.restarts = 0
         self.events: list[dict] = []  # every start after the first and every loss, in order
         self.shards = 0
@@ -25,11 +25,12 @@ class ClusterStats:
             self.node_frames[report.node] = self.node_frames.get(report.node, 0) + report.frames
             self.sampler_frames[key] = self.sampler_frames.get(key, 0) + report.frames
             self.sampler_nodes[key] = report.node
-            self.oldest[key] = min(self.oldest.get(key, report.version), report.version)
+            oldest = self.oldest.setdefault(key, {})
+            oldest[report.policy] = min(oldest.get(report.policy, report.version), report.version)
             return
         if report.event == "started":
             self.live.add(key)
-            self.started_with[key] = report.version
+            self.started_with[key] = report.versions
             self.restarts += report.incarnation > 0
         else:
             self.live.discard(key)
@@ -44,8 +45,9 @@ class ClusterStats:
         return {
             "node_frames": dict(self.node_frames),
             "samplers": [{"sampler": s, "incarnation": i, "node": self.sampler_nodes.get((s, i), ""), "frames": f,
-                          "started_with_version": self.started_with.get((s, i)),
-                          "oldest_version": self.oldest.get((s, i))}
+                          "started_with_versions": list(self.started_with.get((s, i), ())),
+                          "oldest_versions": [self.oldest.get((s, i), {}).get(p)
+                                              for p in range(len(self.started_with.get((s, i), ())))]}
                          for (s, i), f in sorted(self.sampler_frames.items())],
             "sampler_restarts": self.restarts, "events": list(self.events), "shards": self.shards,
         }

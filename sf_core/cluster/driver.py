@@ -1,5 +1,5 @@
-"""The driver's components of a cluster run: the learner as on one machine, and the shard ingest in the
-place of the rollout and inference workers and the batcher (they run on the nodes, in samplers).
+"""The driver's components of a cluster run: each policy's learner as on one machine, and the shard ingest
+in the place of the rollout and inference workers and the batchers (they run on the nodes, in samplers).
 
 Each has a process, whatever --serial_mode says (it applies to the samplers): the ingest is Ray's driver,
 and Ray ends a driver process that loses the cluster's head; the runner then stops the run, the learner
@@ -29,20 +29,20 @@ INGEST = "shard_ingest"
 
 
 def build_driver_components(setup: Setup, runner: Component) -> Topology:
-    """The driver's learner and ingest, each on a process of its own (the samplers get the flags as given,
-    --serial_mode included)."""
+    """The driver's learners (one per policy) and ingest, each on a process of its own (the samplers get the
+    flags as given, --serial_mode included)."""
     placement.check_reachable(setup.cfg)
     cfg = replace(setup.cfg, serial_mode=False)
     ctx = multiprocessing.get_context(start_method(cfg.mp_start_method, setup.device))
-    name = learner_name(0, 1)
-    control = ControlBlock([name, INGEST])
+    n = cfg.num_policies
+    control = ControlBlock([*(learner_name(p, n) for p in range(n)), INGEST])
     topology = Topology(control=control)
-    weights = SharedWeights(setup.models[0], make_lock(cfg.serial_mode, ctx))
-    weights.version[0] = setup.versions[0]
-    topology.weights.append(weights)
+    for model, version in zip(setup.models, setup.versions):
+        topology.weights.append(SharedWeights(model, make_lock(cfg.serial_mode, ctx)))
+        topology.weights[-1].version[0] = version
     layout = BufferLayout.from_config(cfg, setup.agents_per_env)
     spaces = SampleSpaces(setup.obs_space, setup.action_space, setup.models[0].rnn_state_size)
-    datasets = DatasetBuffers(spaces, layout.rollout, cfg.dataset_size() // cfg.rollout)
+    datasets = [DatasetBuffers(spaces, layout.rollout, cfg.dataset_size() // cfg.rollout) for _ in range(n)]
 
     def loop_of(component: str):
         proc = ComponentProcess(f"{component}_proc", ctx, cfg.torch_threads)
@@ -50,29 +50,42 @@ def build_driver_components(setup: Setup, runner: Component) -> Topology:
         topology.host[component] = proc
         return proc.event_loop, proc
 
-    loop, learner_proc = loop_of(name)
-    group = learner_group.plan(cfg, setup.device) if cfg.num_learners > 1 else None  # ranks on this machine
-    learner = Learner(loop, cfg, datasets, weights, setup.obs_space, setup.action_space, setup.models[0].spec,
-                      setup.device, setup.seed, setup.checkpoint_dirs[0], setup.resume_from[0],
-                      algorithm_builder(cfg.algo), control, 0, topology.weights, group)
-    if group is not None:
-        topology.processes += learner_group.follower_processes(ctx, group, learner.trainer, datasets, weights,
-                                                               setup.resume_from[0], cfg.torch_threads)
+    for p in range(n):
+        topology.learners.append(_learner(setup, cfg, p, datasets[p], topology, control, loop_of, ctx))
     spec = SamplerSpec(setup.cfg, setup.registry, setup.obs_space, setup.action_space, setup.agents_per_env, 0, 0,
                        setup.seed, os.getpriority(os.PRIO_PROCESS, 0))
     loop, ingest_proc = loop_of(INGEST)
-    ingest = ShardIngest(loop, cfg, datasets, weights, spec, control)
-    learner_proc.reporter, ingest_proc.reporter = learner, ingest
+    ingest = ShardIngest(loop, cfg, datasets, topology.weights, spec, control)
+    ingest_proc.reporter = ingest
     ingest_proc.death_hint = (": it is this run's Ray driver, which Ray ends when the cluster's head (or this "
                               "machine's Ray node) is gone; Ray's own message is above")
-    topology.components, topology.learners = [learner, ingest], [learner]
-    sig.BATCH_READY.connect(ingest, learner.batch_ready)
-    sig.BATCH_CONSUMED.connect(learner, ingest.batch_consumed)
+    topology.components = [*topology.learners, ingest]
     sig.SHARDS_ARRIVED.connect(ingest, ingest.shards_arrived)
-    sig.CHECKPOINT_SAVED.connect(learner, runner.on_checkpoint_saved)
-    sig.SAVE_CHECKPOINT.connect_to(runner, 0, learner.save_checkpoint)
+    for p, learner in enumerate(topology.learners):
+        sig.BATCH_READY.connect(ingest.ports[p], learner.batch_ready)
+        sig.BATCH_CONSUMED.connect(learner, ingest.ports[p].batch_consumed)
+        sig.CHECKPOINT_SAVED.connect(learner, runner.on_checkpoint_saved)
+        sig.SAVE_CHECKPOINT.connect_to(runner, p, learner.save_checkpoint)
+        sig.PBT_REPLACE.connect_to(runner, p, learner.pbt_replace)
     for component in topology.components:
         sig.REPORT.connect(component, runner.on_report)
         sig.COMPONENT_ERROR.connect(component, runner.on_component_error)
         sig.STOP.connect(runner, component.stop)
     return topology
+
+
+def _learner(setup: Setup, cfg, p: int, datasets: DatasetBuffers, topology: Topology, control: ControlBlock,
+             loop_of, ctx) -> Learner:
+    """Policy p's learner on a process of its own, with its learner group's other ranks (--num_learners)."""
+    name = learner_name(p, cfg.num_policies)
+    loop, proc = loop_of(name)
+    group = learner_group.plan(cfg, setup.device) if cfg.num_learners > 1 else None  # ranks on this machine
+    weights = topology.weights[p]
+    learner = Learner(loop, cfg, datasets, weights, setup.obs_space, setup.action_space, setup.models[p].spec,
+                      setup.device, setup.seed + 1_000_003 * p, setup.checkpoint_dirs[p], setup.resume_from[p],
+                      algorithm_builder(cfg.algo), control, p, topology.weights, group)
+    proc.reporter = learner
+    if group is not None:
+        topology.processes += learner_group.follower_processes(ctx, group, learner.trainer, datasets, weights,
+                                                               setup.resume_from[p], cfg.torch_threads)
+    return learner

@@ -19,11 +19,6 @@ def check_cluster_flags(cfg: Config) -> None:
         raise ConfigError(f"--sampler_cpus must be positive, got {cfg.sampler_cpus}")
     if cfg.max_sampler_restarts < 0:
         raise ConfigError(f"--max_sampler_restarts must be at least 0, got {cfg.max_sampler_restarts}")
-    # a shard is one learner dataset, sampled by one node: what needs every rollout of the run at once
-    # (a policy per node's agents, workers waiting for the learner) cannot be split over nodes yet
-    if cfg.num_policies > 1:
-        raise ConfigError("--ray_address trains one policy for now: --num_policies must be 1 "
-                          f"(got {cfg.num_policies}); several policies run on one machine")
     if not cfg.async_rl:
         raise ConfigError("--ray_address samples asynchronously (each node keeps sampling while the learner "
                           "trains; V-trace or PPO's clipping handle the lag): --async_rl must be True")

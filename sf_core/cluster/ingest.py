@@ -3,7 +3,11 @@ learner's datasets, sends each new weights version to every sampler, and replace
 
 Signals in: batch_consumed, shards_arrived, stop. Out: batch_ready, report (sf_core/signals.py).
 
-Each sampler has at most --shards_in_flight shards asked for (`next_shard` calls under way) or taken and
+With --num_policies, each policy has its learner, its datasets and its weights; a shard names its policy,
+and `PolicyPort` p stands where policy p's batcher stands on one machine: the sender of its learner's
+batch_ready and the receiver of its batch_consumed.
+
+Each sampler has at most --shards_in_flight shards (per policy) asked for (`next_shard` calls under way) or taken and
 waiting for a free dataset: the driver never holds more than that of any node, and the emitter on the node
 stops sampling while its outbox is full (sf_core/cluster/shard_emitter.py). Nothing polls Ray: each call's
 completion callback (on one of Ray's threads) queues the answer and wakes the loop with shards_arrived, and
@@ -35,7 +39,7 @@ from sf_core.component import Component, guarded
 from sf_core.config import Config
 from sf_core.control import ControlBlock
 from sf_core.signals import BATCH_READY, REPORT, SHARDS_ARRIVED, SamplerReport
-from signal_slot.signal_slot import EventLoop, Timer
+from signal_slot.signal_slot import EventLoop, EventLoopObject, Timer
 
 log = logging.getLogger("sf_core")
 
@@ -55,21 +59,34 @@ class SamplerState:
     asked: dict = field(default_factory=dict)  # next_shard calls under way: ObjectRef -> when asked
     held: int = 0  # shards taken, waiting for a dataset
     node: str = "?"
-    weights_call: Future | None = None  # the set_weights call under way, if any
-    weights_sent: int = -1
+    weights_calls: dict[int, Future] = field(default_factory=dict)  # per policy: the set_weights call under way
+    weights_sent: list[int] = field(default_factory=list)  # per policy: the newest version sent
+
+
+class PolicyPort(EventLoopObject):
+    """Policy p's end of the ingest, on the ingest's loop: its learner's datasets come from here."""
+
+    def __init__(self, loop: EventLoop, ingest: "ShardIngest", policy: int):
+        super().__init__(loop, f"shard_ingest_p{policy}")
+        self.ingest, self.policy = ingest, policy
+
+    def batch_consumed(self, index: int) -> None:
+        self.ingest.batch_consumed(self.policy, index)
 
 
 class ShardIngest(Component):
-    def __init__(self, loop: EventLoop, cfg: Config, datasets: DatasetBuffers, weights: SharedWeights,
+    def __init__(self, loop: EventLoop, cfg: Config, datasets: list[DatasetBuffers], weights: list[SharedWeights],
                  spec: SamplerSpec, control: ControlBlock | None):
         super().__init__(loop, "shard_ingest", control)
         self.cfg, self.datasets, self.weights, self.spec = cfg, datasets, weights, spec
+        self.ports = [PolicyPort(loop, self, p) for p in range(len(datasets))]
         self.samplers: list[SamplerState] = []
         self.arrived: deque[tuple[SamplerState, Any, Future]] = deque()  # answers queued by Ray's threads
-        self.waiting: deque[tuple[SamplerState, Shard]] = deque()  # taken, for the next free dataset
-        self.free = deque(range(len(datasets)))
+        self.waiting: deque[tuple[SamplerState, Shard]] = deque()  # taken, for the next free dataset of its policy
+        self.free = [deque(range(len(d))) for d in datasets]
         self.group = None
-        self.weights_ref, self.weights_version = None, -1
+        self.weights_refs: list[Any] = [None] * len(weights)
+        self.weights_versions = [-1] * len(weights)
         self.restarts = 0
         self.last_shard_at = time.monotonic()
         self.stopped = False  # a slot queued behind stop must not touch Ray (a Ray call would start a new one)
@@ -92,10 +109,10 @@ class ShardIngest(Component):
     def _start(self, index: int, incarnation: int, bundle: int = -1) -> SamplerState:
         spec = replace(self.spec, index=index, incarnation=incarnation,
                        seed=self.spec.seed + 7919 * index + 104729 * incarnation)  # no two starts share env seeds
-        handle = placement.start_sampler(self.cfg, spec, self.weights_ref, self.weights_version,
+        handle = placement.start_sampler(self.cfg, spec, self.weights_refs, self.weights_versions,
                                          self.group if bundle >= 0 else None, bundle)
-        state = SamplerState(index, incarnation, handle, weights_sent=self.weights_version)
-        REPORT.emit(self, SamplerReport(index, incarnation, "", 0, "started", version=self.weights_version))
+        state = SamplerState(index, incarnation, handle, weights_sent=list(self.weights_versions))
+        REPORT.emit(self, SamplerReport(index, incarnation, "", 0, "started", versions=tuple(self.weights_versions)))
         return state
 
     # ---------------------------------------------------------------- asking and taking
@@ -104,7 +121,7 @@ class ShardIngest(Component):
         for s in list(self.samplers):
             try:
                 self._send_weights(s)
-                while len(s.asked) + s.held < self.cfg.shards_in_flight:
+                while len(s.asked) + s.held < self.cfg.shards_in_flight * len(self.datasets):
                     self._ask(s)
             except Exception as exc:  # noqa: BLE001 - Ray refusing a call to it: the sampler is as good as lost
                 self._replace(s, exc)
@@ -147,22 +164,30 @@ class ShardIngest(Component):
         self.last_shard_at = time.monotonic()
 
     def _fill_datasets(self) -> None:
-        while self.waiting and self.free:
+        """Each waiting shard, oldest first, into a free dataset of its policy (one policy's learner being
+        busy does not hold back another's shards)."""
+        kept: deque[tuple[SamplerState, Shard]] = deque()
+        while self.waiting:
             s, shard = self.waiting.popleft()
-            s.held -= 1
-            index = self.free.popleft()
-            copy_into(self.datasets[index], shard.arrays)
-            for report in shard.meta.reports:
-                REPORT.emit(self, report)
             meta = shard.meta
+            if not self.free[meta.policy]:
+                kept.append((s, shard))
+                continue
+            s.held -= 1
+            index = self.free[meta.policy].popleft()
+            copy_into(self.datasets[meta.policy][index], shard.arrays)
+            for report in meta.reports:
+                REPORT.emit(self, report)
             REPORT.emit(self, SamplerReport(meta.sampler, meta.incarnation, meta.node, meta.frames(),
-                                            version=shard.versions()[0]))
-            BATCH_READY.emit(self, index)
+                                            version=shard.versions()[0], policy=meta.policy))
+            BATCH_READY.emit(self.ports[meta.policy], index)
+        self.waiting = kept
 
     @guarded
-    def batch_consumed(self, index: int) -> None:
-        """The learner trained on dataset `index` and published the weights it made."""
-        self.free.append(index)
+    def batch_consumed(self, policy: int, index: int) -> None:
+        """Policy `policy`'s learner trained on its dataset `index` and published the weights it made (called
+        by that policy's port)."""
+        self.free[policy].append(index)
         if self.stopped:
             return
         self._publish_weights()
@@ -190,22 +215,23 @@ class ShardIngest(Component):
 
     # ---------------------------------------------------------------- weights
     def _publish_weights(self) -> None:
-        version = self.weights.current_version()
-        if version != self.weights_version:
-            # copied under the lock, put outside it: a put that blocks (a cluster going away) or a process
-            # Ray ends inside it must not leave the lock held, and the learner waiting on it for ever
-            with self.weights.lock:
-                arrays = {name: tensor.numpy().copy() for name, tensor in self.weights.tensors.items()}
-            self.weights_ref = placement.put_weights(arrays)
-            self.weights_version = version
+        for p, weights in enumerate(self.weights):
+            version = weights.current_version()
+            if version != self.weights_versions[p]:
+                # copied under the lock, put outside it: a put that blocks (a cluster going away) or a process
+                # Ray ends inside it must not leave the lock held, and the learner waiting on it for ever
+                with weights.lock:
+                    arrays = {name: tensor.numpy().copy() for name, tensor in weights.tensors.items()}
+                self.weights_refs[p] = placement.put_weights(arrays)
+                self.weights_versions[p] = version
 
     def _send_weights(self, s: SamplerState) -> None:
-        """The newest version, unless this sampler has it or is still taking an older one."""
-        if s.weights_call is not None and not s.weights_call.done():
-            return
-        if s.weights_sent != self.weights_version:
-            s.weights_call = s.handle.set_weights.remote(self.weights_ref, self.weights_version).future()
-            s.weights_sent = self.weights_version
+        """Each policy's newest version, unless this sampler has it or is still taking an older one."""
+        for p, version in enumerate(self.weights_versions):
+            call = s.weights_calls.get(p)
+            if (call is None or call.done()) and s.weights_sent[p] != version:
+                s.weights_calls[p] = s.handle.set_weights.remote(self.weights_refs[p], version, p).future()
+                s.weights_sent[p] = version
 
     # ---------------------------------------------------------------- faults
     def _replace(self, s: SamplerState, error: BaseException) -> None:

@@ -112,14 +112,16 @@ def sampler_options(cfg: Config, strategy: Any = "SPREAD") -> dict:
                 runtime_env={"env_vars": {"RAY_max_direct_call_object_size": inline}})
 
 
-def start_sampler(cfg: Config, spec: SamplerSpec, weights_ref, version: int, group=None, bundle: int = -1):
-    """A sampler actor, in bundle `bundle` of `group`, or wherever Ray finds room."""
+def start_sampler(cfg: Config, spec: SamplerSpec, weights_refs: list, versions: list[int], group=None,
+                  bundle: int = -1):
+    """A sampler actor, in bundle `bundle` of `group`, or wherever Ray finds room, starting from each policy's
+    weights (`weights_refs`, of `versions`)."""
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     strategy = (PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=bundle)
                 if group is not None else "SPREAD")
-    return ray.remote(Sampler).options(**sampler_options(cfg, strategy)).remote(spec, weights_ref, version)
+    return ray.remote(Sampler).options(**sampler_options(cfg, strategy)).remote(spec, versions, *weights_refs)
 
 
 def put_weights(arrays: dict[str, np.ndarray]) -> Any:

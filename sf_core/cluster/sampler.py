@@ -40,7 +40,7 @@ STOP_GRACE_SEC = 4.0
 
 @dataclass
 class SamplerSpec:
-    """Everything a sampler is built from; the weights travel beside it, as a Ray object."""
+    """Everything a sampler is built from; each policy's weights travel beside it, as Ray objects."""
 
     cfg: Config
     registry: EnvRegistry
@@ -95,7 +95,8 @@ class SamplerHost(Component):
         """Unlink the weights lock's name, once (a second unregister makes the resource tracker print a
         KeyError traceback)."""
         if not self.lock_released:
-            _unlink(self.topology.weights[0].lock)
+            for weights in self.topology.weights:
+                _unlink(weights.lock)
             self.lock_released = True
 
     def fail(self, error: str) -> None:
@@ -114,7 +115,8 @@ class SamplerHost(Component):
 class Sampler:
     """One node's sampling, as a Ray actor. Every method returns within its timeout."""
 
-    def __init__(self, spec: SamplerSpec, weights: dict[str, np.ndarray], version: int):
+    def __init__(self, spec: SamplerSpec, versions: list[int], *weights: dict[str, np.ndarray]):
+        """`weights`: each policy's, of `versions` (Ray passes them as separate arguments to fetch them)."""
         import ray
 
         self.spec, self.node = spec, ray.get_runtime_context().get_node_id()
@@ -122,17 +124,17 @@ class Sampler:
         cfg = replace(spec.cfg, ray_address="", num_learners=1,
                       mp_start_method="spawn" if spec.cfg.mp_start_method in ("auto", "fork") else
                       spec.cfg.mp_start_method)
-        self.outbox: queue.Queue = queue.Queue(maxsize=cfg.shards_in_flight)
+        self.outbox: queue.Queue = queue.Queue(maxsize=cfg.shards_in_flight * cfg.num_policies)
         take_niceness(spec.niceness)  # before the processes start: they inherit it
         self.host = SamplerHost(cfg)
         if not cfg.serial_mode:
             check_user_code(cfg, spec.registry)
-        model = initial_model(cfg, spec.obs_space, spec.action_space, spec.seed, _state_dict(weights))
-        setup = Setup(cfg, spec.registry, spec.obs_space, spec.action_space, [model], [version], "cpu", spec.seed,
-                      [""], [None], spec.agents_per_env)
+        models = [initial_model(cfg, spec.obs_space, spec.action_space, spec.seed, _state_dict(w)) for w in weights]
+        setup = Setup(cfg, spec.registry, spec.obs_space, spec.action_space, models, list(versions), "cpu",
+                      spec.seed, [""] * len(models), [None] * len(models), spec.agents_per_env)
         self.host.topology = build_components(setup, self.host, outbox=self.outbox)
-        self.emitter = self.host.topology.learners[0]
-        self.weights = self.host.topology.weights[0]
+        self.emitters = self.host.topology.learners
+        self.weights = self.host.topology.weights
         timer = Timer(self.host.loop, CHECK_INTERVAL_SEC, object_id="sampler_check_timer")
         timer.timeout.connect(self.host.check)
         for proc in self.host.topology.processes:
@@ -158,21 +160,24 @@ class Sampler:
             if self.host.error is not None:
                 raise RuntimeError(f"sampler {self.spec.index} on node {self.node[:8]}: {self.host.error}")
             try:
-                arrays = self.outbox.get(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
+                policy, arrays = self.outbox.get(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
             except queue.Empty:
                 continue
-            SHARD_TAKEN.emit(self.emitter)
-            meta = ShardMeta(self.spec.index, self.spec.incarnation, self.node, self.host.take_reports())
+            for emitter in self.emitters:  # the outbox is shared: whichever policy has a dataset waiting
+                SHARD_TAKEN.emit(emitter)
+            meta = ShardMeta(self.spec.index, self.spec.incarnation, self.node, self.host.take_reports(), policy)
             return Shard(meta, arrays)
         return None
 
-    def set_weights(self, weights: dict[str, np.ndarray], version: int) -> int:
-        """The learner's weights of `version`, into the node's shared weights (inference reads them there)."""
-        if version > self.weights.current_version():
-            with self.weights.lock:
-                for name, tensor in self.weights.tensors.items():
+    def set_weights(self, weights: dict[str, np.ndarray], version: int, policy: int = 0) -> int:
+        """Policy `policy`'s learner's weights of `version`, into the node's shared weights (inference reads
+        them there)."""
+        shared = self.weights[policy]
+        if version > shared.current_version():
+            with shared.lock:
+                for name, tensor in shared.tensors.items():
                     np.copyto(tensor.numpy(), weights[name])
-                self.weights.version[0] = version
+                shared.version[0] = version
         return version
 
     def stop(self) -> None:

@@ -3,7 +3,8 @@ sampler's outbox, where the driver's next `next_shard` call takes it (sf_core/cl
 
 Signals in: batch_ready, shard_taken, stop. Out: batch_consumed (sf_core/signals.py).
 
-The outbox holds --shards_in_flight shards. While it is full the emitter keeps the dataset, so the batcher
+Each policy has its batcher and emitter (--num_policies); all put (policy, arrays) into the sampler's one
+outbox, which holds --shards_in_flight shards per policy. While it is full the emitter keeps the dataset, so the batcher
 stops freeing trajectory slots and the workers wait: a node never samples further ahead of the learner than
 that, which is what bounds policy lag across the cluster.
 """
@@ -21,10 +22,15 @@ from sf_core.signals import BATCH_CONSUMED
 from signal_slot.signal_slot import EventLoop
 
 
+def shard_emitter_name(policy: int, num_policies: int) -> str:
+    return "shard_emitter" if num_policies == 1 else f"shard_emitter_p{policy}"
+
+
 class ShardEmitter(Component):
-    def __init__(self, loop: EventLoop, datasets: DatasetBuffers, outbox: queue.Queue, control: ControlBlock):
-        super().__init__(loop, "shard_emitter", control)
-        self.datasets, self.outbox = datasets, outbox
+    def __init__(self, loop: EventLoop, datasets: DatasetBuffers, outbox: queue.Queue, control: ControlBlock,
+                 policy: int = 0, num_policies: int = 1):
+        super().__init__(loop, shard_emitter_name(policy, num_policies), control)
+        self.datasets, self.outbox, self.policy = datasets, outbox, policy
         self.waiting: deque[int] = deque()  # full datasets not yet in the outbox
 
     @guarded
@@ -39,7 +45,7 @@ class ShardEmitter(Component):
     def _fill_outbox(self) -> None:
         while self.waiting and not self.outbox.full():
             index = self.waiting.popleft()
-            self.outbox.put_nowait(arrays_of(self.datasets[index]))
+            self.outbox.put_nowait((self.policy, arrays_of(self.datasets[index])))
             BATCH_CONSUMED.emit(self, index)
 
     @guarded

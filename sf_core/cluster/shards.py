@@ -18,6 +18,7 @@ class ShardMeta:
     incarnation: int  # how many times this sampler was started before (a replacement's shards are its own)
     node: str  # the Ray node id it ran on
     reports: list[Report] = field(default_factory=list)
+    policy: int = 0  # whose dataset it is (--num_policies): its rows are those that policy acted on
 
     def frames(self) -> int:
         return sum(r.frames for r in self.reports if isinstance(r, RolloutReport))
