@@ -171,9 +171,10 @@ def test_a_late_slot_does_not_hold_back_the_workers_other_splits(slow_server):
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_skip_mode_solves_cartpole_through_the_pool_and_protocol(tmp_path):
+    # a higher learning rate and smaller datasets than the preset: solved in ~9 s here instead of ~23 s
     code, summary = train(tmp_path, "--env=CartPole-v1", "--env_service=skip:CartPole-v1", "--num_workers=2",
                           f"--target_mean_return={SOLVED}", "--train_for_seconds=150",
-                          "--train_for_env_steps=10000000")
+                          "--train_for_env_steps=10000000", "--learning_rate=0.001", "--batch_size=256")
     assert code == 0, summary.get("error")
     assert summary["time_to_target"] is not None and summary["mean_return_at_target"] >= SOLVED
     assert summary["slot_faults"] == 0
