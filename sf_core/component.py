@@ -23,6 +23,7 @@ from typing import Any, Callable
 import faster_fifo
 import torch
 from sf_core.control import ControlBlock
+from sf_core.logs import setup_logging
 from sf_core.signals import COMPONENT_ERROR, RoutedSignal, Signal
 from signal_slot.signal_slot import EventLoop, EventLoopObject, EventLoopProcess, Timer
 
@@ -193,6 +194,7 @@ def configure_process(torch_threads: int) -> None:
     """
     os_signal.signal(os_signal.SIGINT, os_signal.SIG_IGN)
     os_signal.signal(os_signal.SIGTERM, os_signal.SIG_IGN)
+    setup_logging()  # a spawned process (and every process of a sampler on a cluster node) starts without it
     torch.set_num_threads(torch_threads)
     reuse_freed_memory()
     quiet_signal_slot_logs()

@@ -40,9 +40,9 @@ REPORT_INTERVAL_SEC = 0.25  # frames counted this often: bounds overshoot of --t
 class RolloutWorker(Component):
     def __init__(self, loop: EventLoop, worker: int, cfg: Config, registry: EnvRegistry, buffers: TrajectoryBuffers,
                  layout: BufferLayout, seed: int, control: ControlBlock | None = None,
-                 mapping: PolicyMapping | str = "auto"):
+                 mapping: PolicyMapping | str = "auto", sampler: tuple[int, int] = (0, 1)):
         super().__init__(loop, f"rollout_worker_{worker}", control)
-        self.worker, self.cfg, self.registry = worker, cfg, registry
+        self.worker, self.cfg, self.registry, self.sampler = worker, cfg, registry, sampler
         self.buffers, self.layout, self.seed, self.mapping = buffers, layout, seed, mapping
         self.runners: list[SplitRunner] = []
         self.waiting_for_slot: set[int] = set()
@@ -94,11 +94,14 @@ class RolloutWorker(Component):
         from sf_core.service.skip import is_skip, serve_in_process
 
         cfg = self.cfg
+        # on a cluster, every node's workers share the slots: this worker's slice is of samplers × workers
+        index, samplers = self.sampler
+        workers, me = cfg.num_workers * samplers, index * cfg.num_workers + self.worker
         named = None if is_skip(cfg.env_service) else parse_pools(cfg.env_service)
         if named is not None:  # one slot of every pool per env (sf_core/service/service_set.py)
             pools, mine = {}, []
             for name, endpoints in named.items():
-                sliced = worker_slice(endpoints, cfg.num_workers, self.worker)
+                sliced = worker_slice(endpoints, workers, me)
                 pools[name] = self._env_pool([(f"{s.host}:{s.port}", s.index) for s in sliced], None)
                 mine += [f"{name}: {s}" for s in sliced]
             self.pool = PoolGroup(pools)
@@ -108,7 +111,7 @@ class RolloutWorker(Component):
             mine = [f"{address}#{i}" for i in range(cfg.num_envs_per_worker)]
             self.pool = self._env_pool([(address, i) for i in range(cfg.num_envs_per_worker)], cfg.env)
         else:
-            sliced = worker_slice(parse_service(cfg.env_service), cfg.num_workers, self.worker)
+            sliced = worker_slice(parse_service(cfg.env_service), workers, me)
             mine = [str(s) for s in sliced]
             self.pool = self._env_pool([(f"{s.host}:{s.port}", s.index) for s in sliced], cfg.env)
         self.pool.describe(timeout=cfg.env_service_timeout)

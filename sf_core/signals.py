@@ -96,6 +96,7 @@ class RolloutReport:
     matches: list[Match] = field(default_factory=list)
     # (policy, value) of --pbt_target_objective where the env reports it in an episode's last info
     objectives: list[tuple[int, float]] = field(default_factory=list)
+    sampler: int = 0  # --ray_address: the sampler the worker runs in (every node has a worker 0)
 
 
 @dataclass

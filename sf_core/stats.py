@@ -72,7 +72,7 @@ class TrainingStats:
         self.worker_restarts = 0  # rollout worker processes that died and were restarted
         self.checkpoints_saved = 0
         # --env_service: each worker's latest slot counts, and totals of slot failures and re-admissions
-        self.service: dict[int, dict[str, int]] = {}
+        self.service: dict[tuple[int, int], dict[str, int]] = {}  # (sampler, worker) -> its counts
         self.slot_faults = 0
         self.slot_readmissions = 0
         self.interrupted_episodes = 0
@@ -115,7 +115,8 @@ class TrainingStats:
         self.env_faults += report.env_faults
         if report.service is not None:
             service = report.service
-            self.service[report.worker] = {**service.slot_counts, "waiting_envs": service.waiting_envs}
+            counts = {**service.slot_counts, "waiting_envs": service.waiting_envs}
+            self.service[(report.sampler, report.worker)] = counts
             self.slot_faults += service.slot_faults
             self.slot_readmissions += service.readmitted
             self.interrupted_episodes += service.interrupted_episodes

@@ -119,6 +119,8 @@ class Setup:
     checkpoint_dirs: list[str]
     resume_from: list[str | None]
     agents_per_env: int = 1
+    # on a cluster: (this sampler's index, how many samplers); --env_service slots go to every node's workers
+    sampler: tuple[int, int] = (0, 1)
 
 
 def build_components(setup: Setup, runner: Component, outbox: queue.Queue | None = None) -> Topology:
@@ -166,7 +168,7 @@ def build_components(setup: Setup, runner: Component, outbox: queue.Queue | None
     for w in range(cfg.num_workers):
         loop, proc = host(f"rollout_worker_{w}")
         workers.append(RolloutWorker(loop, w, cfg, setup.registry, buffers, layout, setup.seed, topology.control,
-                                     mapping))
+                                     mapping, setup.sampler))
         if proc:
             proc.reporter = workers[-1]
     # started in this order, as before several policies existed: inference, rollout workers, learners

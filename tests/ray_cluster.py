@@ -24,7 +24,9 @@ HEALTH = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}  
 
 
 def ray_environment() -> dict[str, str]:
-    return {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "GLOO_SOCKET_IFNAME": "lo"}
+    # RAY_DEDUP_LOGS=0: every node's lines in the driver's output, not one per set of lines alike but for numbers
+    return {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "GLOO_SOCKET_IFNAME": "lo",
+            "RAY_DEDUP_LOGS": "0"}
 
 
 def start_cluster(nodes: int):
@@ -36,6 +38,16 @@ def start_cluster(nodes: int):
     workers = [cluster.add_node(num_cpus=NODE_CPUS, object_store_memory=OBJECT_STORE_BYTES) for _ in range(nodes - 1)]
     cluster.wait_for_nodes(timeout=60)
     return cluster, workers
+
+
+def start_env_servers(count: int, capacity: int) -> list:
+    """CartPole env servers in this network namespace (the samplers on every node reach them on 127.0.0.1)."""
+    import tempfile
+
+    from tests.helpers import EnvServerProcess
+
+    log_dir = tempfile.mkdtemp(prefix="ray_cluster_env_servers_")
+    return [EnvServerProcess(log_dir, "CartPole-v1", capacity).start() for _ in range(count)]
 
 
 def descendants() -> set:
@@ -131,16 +143,21 @@ def main() -> int:
     parser.add_argument("--stop_when_replaced_and_return", type=float, default=None,
                         help="SIGTERM once the mean return has reached this and a replacement sampler has sampled")
     parser.add_argument("--summary", default="", help="training_summary.json of the run (to decide the kill)")
+    parser.add_argument("--env_servers", type=int, default=0,
+                        help="CartPole env servers to start here; {services} in the training flags lists them")
+    parser.add_argument("--env_server_capacity", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=300.0)
     args, train_flags = parser.parse_known_args()
     os.environ.update(ray_environment())
+    servers = start_env_servers(args.env_servers, args.env_server_capacity)
     cluster, workers = start_cluster(args.nodes)
     spawned = descendants()
     result: dict = {"killed_at_frames": None, "cluster_killed_at_frames": None, "stopped_at_frames": None,
                     "return_reached_at_frames": None}
     try:
+        services = ",".join(server.spec for server in servers)
         command = [sys.executable, "-m", "sf_core.train", f"--ray_address={cluster.address}",
-                   *[f for f in train_flags if f != "--"]]
+                   *[f.replace("{services}", services) for f in train_flags if f != "--"]]
         began = time.monotonic()
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         output: list[str] = []
@@ -161,8 +178,11 @@ def main() -> int:
                 proc.wait(timeout=10)
             result["timed_out"] = True
         reader.join(timeout=5)
-        result.update(exit_code=proc.returncode, seconds=time.monotonic() - began, output="".join(output)[-6000:])
+        result.update(exit_code=proc.returncode, seconds=time.monotonic() - began, output="".join(output)[-6000:],
+                      slot_lines=[line.strip() for line in output if " env slots (" in line])
     finally:
+        for server in servers:
+            server.kill()
         cluster.shutdown()
         result["reaped"] = reap(spawned | descendants())
     print(json.dumps(result))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -37,12 +38,12 @@ def named_semaphores() -> set[str]:
 
 def on_two_nodes(tmp_path, *flags: str, kill_after_frames: int = 0, kill_cluster_after_frames: int = 0,
                  stop_after_frames: int = 0, stop_when_replaced_and_return: float | None = None,
-                 timeout: float = 200.0) -> tuple[dict, dict]:
+                 env_servers: int = 0, timeout: float = 200.0) -> tuple[dict, dict]:
     """Train on a fresh two-node cluster; returns the scenario's result and the training summary."""
     before, semaphores = ray_processes(), named_semaphores()
     args = ["--nodes=2", f"--kill_node_after_frames={kill_after_frames}", f"--timeout={timeout}",
             f"--kill_cluster_after_frames={kill_cluster_after_frames}", f"--stop_after_frames={stop_after_frames}",
-            f"--summary={tmp_path / 'exp' / 'training_summary.json'}"]
+            f"--summary={tmp_path / 'exp' / 'training_summary.json'}", f"--env_servers={env_servers}"]
     if stop_when_replaced_and_return is not None:
         args.append(f"--stop_when_replaced_and_return={stop_when_replaced_and_return}")
     args += ["--", f"--train_dir={tmp_path}", "--experiment=exp", "--experiment_summaries_interval=0.5", *flags]
@@ -139,6 +140,30 @@ def test_two_policies_and_pbt_on_two_nodes(tmp_path):
     assert min(acted) >= 0.8 * max(acted) and max(acted) >= 300, acted
     returns = final_returns(tmp_path / "exp")  # each learner's last checkpoint, played here
     assert min(returns) >= 0.9 * max(returns) and max(returns) >= 300, returns
+
+
+@needs_namespace
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_env_services_on_two_nodes_give_each_slot_to_one_worker(tmp_path):
+    """Two env servers of 4 slots each and two samplers of 2 rollout workers each: the 8 slots are divided
+    among all 4 workers, 2 each, not given to both nodes' worker 0 and 1 alike (two workers stepping one
+    slot would interleave their episodes). Slots too few for every node's workers stop the run at once."""
+    result, summary = on_two_nodes(tmp_path, "--env=CartPole-v1", "--env_service={services}", "--num_workers=2",
+                                   "--train_for_seconds=120", "--seed=4", stop_after_frames=10_000, env_servers=2)
+    assert result["stopped_at_frames"] is not None, result["output"][-3000:]
+    assert len(summary["cluster"]["node_frames"]) == 2, summary["cluster"]
+    # each worker logs its slots (a replacement sampler's workers log the same slots again)
+    shares = {tuple(re.search(r"env slots \((.*)\)", line).group(1).split(", ")) for line in result["slot_lines"]}
+    slots = [slot for share in shares for slot in share]
+    assert len(shares) == 4 and len(slots) == 8 == len(set(slots)), result["slot_lines"]
+    assert "env slots: 8 busy" in result["output"], result["output"][-3000:]  # all 4 workers' slots counted
+    # 5 workers a node: enough slots for one node's, not for both nodes'
+    result, summary = on_two_nodes(tmp_path / "too_many", "--env=CartPole-v1", "--env_service={services}",
+                                   "--num_workers=5", "--train_for_seconds=60", env_servers=2)
+    assert result["exit_code"] == 1, result["output"][-3000:]
+    assert "8 slots for 2 samplers × --num_workers=5" in summary["error"], summary["error"]
+    assert "use --num_workers=4 or fewer" in summary["error"], summary["error"]
 
 
 @needs_namespace

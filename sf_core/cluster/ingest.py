@@ -33,12 +33,12 @@ from typing import Any
 
 from sf_core.buffers import DatasetBuffers, SharedWeights
 from sf_core.cluster import placement
-from sf_core.cluster.sampler import STOP_GRACE_SEC, SamplerSpec
+from sf_core.cluster.sampler import STOP_GRACE_SEC, SamplerSpec, with_service_share
 from sf_core.cluster.shards import Shard, copy_into
 from sf_core.component import Component, guarded
 from sf_core.config import Config
 from sf_core.control import ControlBlock
-from sf_core.signals import BATCH_READY, REPORT, SHARDS_ARRIVED, SamplerReport
+from sf_core.signals import BATCH_READY, REPORT, SHARDS_ARRIVED, RolloutReport, SamplerReport
 from signal_slot.signal_slot import EventLoop, EventLoopObject, Timer
 
 log = logging.getLogger("sf_core")
@@ -97,6 +97,7 @@ class ShardIngest(Component):
         self.beat("joining the Ray cluster")
         placement.connect(self.cfg)
         count = placement.sampler_count(self.cfg)
+        self._share_services(count)
         self.group = placement.place(self.cfg, count)
         self._publish_weights()
         for index in range(count):
@@ -105,6 +106,11 @@ class ShardIngest(Component):
         self.timer = Timer(self.event_loop, TICK_SEC, object_id="shard_ingest_tick")
         self.timer.timeout.connect(self.tick)
         self._ask_all()
+
+    def _share_services(self, count: int) -> None:
+        """--env_service slots go to every sampler's workers: refuse, before any starts, slots too few for them."""
+        with_service_share(self.cfg, count)
+        self.spec = replace(self.spec, count=count)
 
     def _start(self, index: int, incarnation: int, bundle: int = -1) -> SamplerState:
         spec = replace(self.spec, index=index, incarnation=incarnation,
@@ -177,7 +183,8 @@ class ShardIngest(Component):
             index = self.free[meta.policy].popleft()
             copy_into(self.datasets[meta.policy][index], shard.arrays)
             for report in meta.reports:
-                REPORT.emit(self, report)
+                tagged = replace(report, sampler=meta.sampler) if isinstance(report, RolloutReport) else report
+                REPORT.emit(self, tagged)
             REPORT.emit(self, SamplerReport(meta.sampler, meta.incarnation, meta.node, meta.frames(),
                                             version=shard.versions()[0], policy=meta.policy))
             BATCH_READY.emit(self.ports[meta.policy], index)

@@ -28,6 +28,7 @@ from envs.registry import EnvRegistry
 from sf_core.cluster.shards import Shard, ShardMeta
 from sf_core.component import Component, guarded
 from sf_core.config import Config
+from sf_core.logs import setup_logging
 from sf_core.signals import SHARD_TAKEN, STOP, Report
 from sf_core.wiring import Setup, Topology, build_components, check_user_code, initial_model
 from signal_slot.signal_slot import EventLoop, Timer
@@ -51,6 +52,7 @@ class SamplerSpec:
     incarnation: int
     seed: int
     niceness: int = 0  # the driver's: the sampler's processes are scheduled as the trainer's are on one machine
+    count: int = 1  # samplers in the run: with --env_service each takes its share of the slots
 
 
 class SamplerHost(Component):
@@ -119,9 +121,10 @@ class Sampler:
         """`weights`: each policy's, of `versions` (Ray passes them as separate arguments to fetch them)."""
         import ray
 
+        setup_logging()  # the node's log lines reach the driver's console through Ray, prefixed with the actor
         self.spec, self.node = spec, ray.get_runtime_context().get_node_id()
         # no fork inside a Ray worker (it runs threads); a sampler never trains, writes no files
-        cfg = replace(spec.cfg, ray_address="", num_learners=1,
+        cfg = replace(with_service_share(spec.cfg, spec.count), ray_address="", num_learners=1,
                       mp_start_method="spawn" if spec.cfg.mp_start_method in ("auto", "fork") else
                       spec.cfg.mp_start_method)
         self.outbox: queue.Queue = queue.Queue(maxsize=cfg.shards_in_flight * cfg.num_policies)
@@ -131,7 +134,8 @@ class Sampler:
             check_user_code(cfg, spec.registry)
         models = [initial_model(cfg, spec.obs_space, spec.action_space, spec.seed, _state_dict(w)) for w in weights]
         setup = Setup(cfg, spec.registry, spec.obs_space, spec.action_space, models, list(versions), "cpu",
-                      spec.seed, [""] * len(models), [None] * len(models), spec.agents_per_env)
+                      spec.seed, [""] * len(models), [None] * len(models), spec.agents_per_env,
+                      (spec.index, spec.count))
         self.host.topology = build_components(setup, self.host, outbox=self.outbox)
         self.emitters = self.host.topology.learners
         self.weights = self.host.topology.weights
@@ -192,6 +196,31 @@ class Sampler:
                 proc.kill()
                 proc.join(timeout=2.0)
         self.host.release_lock_name()
+
+
+def with_service_share(cfg: Config, samplers: int) -> Config:
+    """With --env_service, the slots are divided among every node's rollout workers (samplers × --num_workers),
+    not among one node's as the flags were resolved: each sampler's workers run their own share, so no slot
+    serves two workers. Raises ServiceConfigError, with the arithmetic, when the slots cannot feed every worker."""
+    from sf_core.service.endpoints import ServiceConfigError, parse_pools, parse_service, training_share
+    from sf_core.service.skip import is_skip
+
+    if not cfg.env_service or is_skip(cfg.env_service):
+        return cfg
+    workers = cfg.num_workers * samplers
+    try:
+        share, _ = training_share(cfg.env_service, workers)
+    except ServiceConfigError:
+        pools = parse_pools(cfg.env_service) or {"": parse_service(cfg.env_service)}
+        slots = min(sum(e.capacity for e in endpoints) for endpoints in pools.values())
+        advice = (f"--num_workers={slots // samplers} or fewer" if slots >= samplers else
+                  f"--num_samplers={slots} with --num_workers=1")
+        raise ServiceConfigError(
+            f"--env_service has {slots} slots{' per pool' if len(pools) > 1 else ''} for {samplers} samplers × "
+            f"--num_workers={cfg.num_workers} = {workers} rollout workers: on a cluster every node's workers share "
+            f"the slots, and each needs at least one; use {advice}, or add capacity") from None
+    splits = max(d for d in range(1, cfg.worker_num_splits + 1) if share % d == 0)
+    return replace(cfg, num_envs_per_worker=share, worker_num_splits=splits)
 
 
 def take_niceness(niceness: int, quiet: bool = False) -> None:
