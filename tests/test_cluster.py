@@ -215,12 +215,14 @@ INLINE_PROBE = """
 import time
 import numpy as np, ray
 from sf_core.arguments import parse_args
-from sf_core.cluster.placement import sampler_options
+from sf_core.cluster.placement import put_weights, sampler_options
 cfg, _ = parse_args(["--env=CartPole-v1"])
 ray.init(include_dashboard=False, logging_level="WARNING", num_cpus=2)
 class Source:
     def shard(self, nbytes):
         return {"obs": np.ones(nbytes, dtype=np.uint8)}
+    def weights_sum(self, weights):
+        return float(sum(a.sum() for a in weights.values()))
 options = sampler_options(cfg)
 options.update(num_cpus=0, max_concurrency=1)  # the probe's own: its calls are what is under test
 source = ray.remote(Source).options(**options).remote()
@@ -236,6 +238,10 @@ for nbytes in (110_000, 2_000_000):  # a CartPole shard; an Atari-sized one
     ref = source.shard.remote(nbytes)
     assert ray.get(ref, timeout=60)["obs"].nbytes == nbytes
     print(stored_on(ref))
+for n in (4_700, 100_000):  # float32 weights of 18.8 KB (CartPole's model), sent as they are; of 400 KB, put once
+    sent = put_weights({"w": np.ones(n, dtype=np.float32)})
+    assert isinstance(sent, dict) == (n == 4_700) and isinstance(sent, ray.ObjectRef) == (n == 100_000)
+    assert ray.get(source.weights_sum.remote(sent), timeout=60) == n
 ray.shutdown()
 """
 
@@ -245,7 +251,8 @@ ray.shutdown()
 @pytest.mark.timeout(120)
 def test_a_sampler_returns_small_shards_in_the_reply_and_large_ones_through_the_object_store(tmp_path):
     """A 110 KB shard rides in the call's reply (no object-store copy on any node); a 2 MB one is stored
-    in the object store, as Ray does for every return over 100 KiB by default."""
+    in the object store, as Ray does for every return over 100 KiB by default. Small weights go inside the
+    call, large ones as one object, and a sampler's call takes either."""
     probe = tmp_path / "inline_probe.py"
     probe.write_text(INLINE_PROBE)
     proc = launch.run_isolated([], 90, script=str(probe))

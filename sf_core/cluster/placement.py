@@ -27,6 +27,9 @@ PLACEMENT_TIMEOUT_SEC = 60.0
 # Atari's (tens of MB) still take the object store. A driver started with RAY_max_direct_call_object_size
 # gives its samplers that value instead.
 INLINE_RETURN_BYTES = 1 << 20
+# Weights up to this size travel inside each call: Ray inlines a call's arguments below 100 KiB (its
+# RAY_max_direct_call_object_size) and would put a larger one in the object store once per call
+INLINE_WEIGHTS_BYTES = 64 * 1024
 CONNECT_TIMEOUT_SEC = 5.0
 GCS_RECONNECT_TIMEOUT_SEC = 20
 
@@ -125,9 +128,13 @@ def start_sampler(cfg: Config, spec: SamplerSpec, weights_refs: list, versions: 
 
 
 def put_weights(arrays: dict[str, np.ndarray]) -> Any:
-    """One object per weights version, fetched once by each node whose samplers need it."""
+    """A weights version as the samplers' calls take it: small weights as they are (Ray copies them into each
+    call, which costs less than an object-store round trip per node), larger ones as one object fetched once
+    by each node whose samplers need it."""
     import ray
 
+    if sum(a.nbytes for a in arrays.values()) <= INLINE_WEIGHTS_BYTES:
+        return arrays
     return ray.put(arrays)
 
 
