@@ -188,14 +188,16 @@ def _batch_ready(index: int) -> None:
     """Dataset buffer `index` holds a full dataset."""
 
 
-BATCH_READY = Signal("batch_ready", _batch_ready, "batcher", "the learner of the same policy")
+BATCH_READY = Signal("batch_ready", _batch_ready, "batcher (--ray_address: the shard ingest's port of the policy)",
+                     "the learner of the same policy (a sampler's: its shard emitter)")
 
 
 def _batch_consumed(index: int) -> None:
     """The learner trained on dataset `index` and published the new weights: the buffer is free."""
 
 
-BATCH_CONSUMED = Signal("batch_consumed", _batch_consumed, "learner", "the batcher of the same policy")
+BATCH_CONSUMED = Signal("batch_consumed", _batch_consumed, "learner (a sampler's: its shard emitter)",
+                        "the batcher of the same policy (--ray_address: the shard ingest's port of the policy)")
 
 
 def _slots_freed(slots: list[int]) -> None:
