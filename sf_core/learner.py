@@ -30,8 +30,9 @@ from sf_core.buffers import DatasetBuffers, SharedWeights
 from sf_core.component import Component, guarded
 from sf_core.config import NUMERIC_LEARNING_FLAGS, Config
 from sf_core.control import ControlBlock
+from sf_core.learner_group import GroupError
 from sf_core.sample import BATCH_KEYS
-from sf_core.signals import BATCH_CONSUMED, CHECKPOINT_SAVED, REPORT, LearnerReport
+from sf_core.signals import BATCH_CONSUMED, CHECKPOINT_SAVED, COMPONENT_ERROR, REPORT, LearnerReport
 from signal_slot.signal_slot import EventLoop, Timer
 
 if TYPE_CHECKING:
@@ -66,29 +67,30 @@ class Trainer:
         return Trainer(self.cfg, self.obs_space, self.action_space, self.spec, device, self.seed,
                        self.algorithm_builder, self.policy)
 
-    def build(self, weights: SharedWeights, state: dict | None, on_minibatch: Callable[[], None] = lambda: None,
+    def build(self, weights: SharedWeights | None, state: dict | None, on_minibatch: Callable[[], None] = lambda: None,
               link: GroupLink | None = None) -> int:
         """Returns the policy version of the weights it starts from. `link`: this rank's place in a learner
-        group, whose rank 0 then hands every rank its weights, so all start identical."""
+        group, whose rank 0 then hands every rank its weights and optimizer state, so all start identical (a
+        rank on another machine has no `weights` to load: it starts from rank 0's alone)."""
         torch.manual_seed(self.seed)
         model = ActorCritic(self.obs_space, self.action_space, self.spec).to(self.device)
-        version = weights.load_into(model)
+        version = weights.load_into(model) if weights is not None else 0
         if state is not None and self.cfg.with_pbt:  # PBT's current values; otherwise the flags decide
             self.hyperparams.update(state.get("hyperparams", {}))
         # fused: one kernel for all parameters instead of a dozen tensor ops per parameter (docs/performance.md)
         fused = torch.device(self.device).type in ("cpu", "cuda")
         optimizer = torch.optim.Adam(model.parameters(), fused=fused)
+        if state is not None:  # the moments; the hyperparameters in it give way to apply_hyperparams below
+            optimizer.load_state_dict(state["optimizer"])
         self.models = {"actor_critic": ModelSlot(model, optimizer, self.device)}
         params = self.learning_params()
         algorithm = self.algorithm_builder(params)
         self.models.update(algorithm.extra_models(self.models))
         self.link = link
-        hooks = link.start_identical(model) if link is not None else {}
+        hooks = link.start_identical(model, optimizer) if link is not None else {}
         context = Context(self.models, params, on_minibatch=on_minibatch, policy_index=self.policy, **hooks)
         self.executor = GraphExecutor(build_graph(algorithm.nodes, BATCH_KEYS), context)
         self.apply_hyperparams()
-        if state is not None:
-            optimizer.load_state_dict(state["optimizer"])
         return version
 
     def learning_params(self) -> LearningParams:
@@ -105,12 +107,14 @@ class Trainer:
         for group in self.models["actor_critic"].optimizer.param_groups:
             group.update(lr=h["learning_rate"], eps=h["adam_eps"], betas=(h["adam_beta1"], h["adam_beta2"]))
 
-    def train(self, dataset: dict[str, torch.Tensor], lr: float, version: int) -> dict[str, float]:
-        """One training iteration on `dataset` (in a learner group: on this rank's share of it); returns the
-        graph's statistics (in a group: over every rank's share)."""
+    def train(self, dataset: dict[str, torch.Tensor] | None, lr: float, version: int) -> dict[str, float]:
+        """One training iteration on `dataset` (in a learner group: on this rank's share of it; a rank elsewhere
+        passes None and receives its share from rank 0); returns the graph's statistics (in a group: over every
+        rank's share)."""
         assert self.executor is not None, "the graph is built in build(), before any dataset"
         if self.link is not None:
             dataset = self.link.share(dataset)
+        assert dataset is not None
         # the dataset holds exactly the batch's rows (sf_core/sample.py): no slicing, no renaming
         batch = {key: t.to(self.device, non_blocking=True) for key, t in dataset.items()}
         for group in self.models["actor_critic"].optimizer.param_groups:
@@ -140,6 +144,7 @@ class Learner(Component):
         self.samples_trained = 0
         self.group = group  # --num_learners > 1: this learner is rank 0 of that group
         self.link: GroupLink | None = None
+        self.group_lost = False  # another rank is gone: no more training, the run is stopping
         loop.start.connect(self.on_start)
         if group is not None:
             self.keepalive = Timer(loop, group.keepalive_interval(), object_id=f"{self.name}_group_keepalive")
@@ -199,7 +204,7 @@ class Learner(Component):
 
     @guarded
     def batch_ready(self, index: int) -> None:
-        if self.cfg.sampling_only or self.control.stop_requested():
+        if self.cfg.sampling_only or self.control.stop_requested() or self.group_lost:
             # benchmarking the sampler, or stopping: hand the data straight back (a stop must not
             # wait behind queued datasets before the final checkpoint)
             BATCH_CONSUMED.emit(self, index)
@@ -208,9 +213,13 @@ class Learner(Component):
         self.beat("training on a dataset")
         dataset = self.datasets[index]
         lr = self._learning_rate()
-        if self.link is not None:  # the other ranks train on their shares of the dataset alongside
-            self.link.send_train(index, lr, self.version)
-        stats = self.trainer.train(dataset, lr, self.version)
+        try:
+            if self.link is not None:  # the other ranks train on their shares of the dataset alongside
+                self.link.send_train(index, lr, self.version)
+            stats = self.trainer.train(dataset, lr, self.version)
+        except GroupError as exc:
+            self._lose_group(exc)
+            return
         # several policies: a dataset holds rows of other policies too (inactive here), which are not ours;
         # counted before the dataset goes back to the batcher, which refills it
         samples = dataset["rewards"].numel() if self.cfg.num_policies == 1 else int((~dataset["inactive"]).sum())
@@ -226,7 +235,17 @@ class Learner(Component):
         """The other ranks wait for a command inside a collective, which times out: an idle rank 0 (no
         dataset yet) tells them to keep waiting."""
         if self.link is not None:
-            self.link.send_keep_waiting()
+            try:
+                self.link.send_keep_waiting()
+            except GroupError as exc:
+                self._lose_group(exc)
+
+    def _lose_group(self, error: GroupError) -> None:
+        """Another rank is gone: the group cannot train on, but this learner's loop lives on to save its
+        checkpoint when the runner stops the run (which this error asks for)."""
+        self.link, self.group_lost = None, True
+        self.keepalive.stop()
+        COMPONENT_ERROR.emit(self, self.name, str(error))
 
     @guarded
     def stop(self) -> None:

@@ -1,19 +1,29 @@
 """A learner group (--num_learners=N): N processes train one policy, data-parallel, with torch.distributed.
 
 Rank 0 is the policy's learner (sf_core/learner.py): the only rank the other components know; it publishes
-the weights, saves checkpoints and reports. Ranks 1..N-1 are plain processes started beside it (`follow`),
-not event-loop components: each waits for rank 0's next command, a broadcast of a small tensor (train on
-dataset k with this learning rate and policy version, keep waiting, or stop), and trains with the same
-`Trainer`. Each rank takes its contiguous 1/N of the dataset's trajectories (shared memory, no copy) in
-minibatches of --batch_size / N, and at every SGD step the ranks average their gradients with one
-all-reduce: every rank takes the same step from the same weights and optimizer state, so all hold the
-same weights, bit for bit. They meet on the loopback interface only (gloo on the CPU, NCCL on GPUs).
+the weights, saves checkpoints and reports. Ranks 1..N-1 are not event-loop components: each waits for rank
+0's next command, a broadcast of a small tensor (train on dataset k with this learning rate and policy
+version, keep waiting, or stop), and trains with the same `Trainer`. Each rank takes its contiguous 1/N of
+the dataset's trajectories in minibatches of --batch_size / N, and at every SGD step the ranks average their
+gradients with one all-reduce: every rank takes the same step from the same weights and optimizer state, so
+all hold the same weights, bit for bit (compared when the group stops).
+
+Where the other ranks run:
+- one machine: plain processes beside the learner (`follow`), reading their shares of each dataset in
+  shared memory (no copy), meeting on the loopback interface;
+- --ray_address: Ray actors on the cluster's nodes (sf_core/cluster/learner_ranks.py), GPU nodes with
+  --device=cuda. They never touch the driver's memory or files: rank 0 sends each its share of every dataset
+  (one message, `ShareLayout`) and, at the start, its weights and optimizer state.
+gloo on the CPU, NCCL on GPUs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
 import os
+import re
 import socket
 import sys
 import threading
@@ -21,20 +31,22 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.process import BaseProcess
-from typing import Any, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple
 
 import torch
 import torch.distributed as dist
 
-from sf_core import checkpoint
 from sf_core.buffers import DatasetBuffers, SharedWeights
 from sf_core.component import configure_process
 from sf_core.config import Config, ConfigError
-from sf_core.learner import Trainer
+from sf_core.dataset_shares import ShareLayout, share_of
+
+if TYPE_CHECKING:
+    from sf_core.learner import Trainer
 
 log = logging.getLogger("sf_core")
 
-ADDRESS = "127.0.0.1"
+ADDRESS = "127.0.0.1"  # one machine: the ranks meet on the loopback interface
 LOOPBACK_INTERFACE = "lo0" if sys.platform == "darwin" else "lo"
 TRAIN, KEEP_WAITING, STOP = 0, 1, 2  # the kinds of command rank 0 broadcasts
 # Collectives wait this much longer than --heartbeat_timeout: a rank 0 stuck outside them (in a slot) is
@@ -44,8 +56,27 @@ RANK_PREFIX = "learner_rank_"
 
 
 def rank_name(rank: int) -> str:
-    """The process of rank `rank` ≥ 1 (rank 0 is the learner's process)."""
+    """The process (or Ray actor) of rank `rank` ≥ 1 (rank 0 is the learner's process)."""
     return f"{RANK_PREFIX}{rank}"
+
+
+class GroupError(RuntimeError):
+    """A collective of the learner group failed: another rank is gone (its process or its node) or stopped
+    answering. The group cannot go on; rank 0 still saves its checkpoint."""
+
+    MARK = "learner group: "  # how the runner tells it in a component's error details
+
+
+@contextlib.contextmanager
+def collective(what: str, rank: int) -> Iterator[None]:
+    """A torch.distributed failure inside the block as a GroupError, in one line (gloo's own runs to three
+    sentences and a traceback through the SGD step that called it)."""
+    try:
+        yield
+    except RuntimeError as exc:  # torch.distributed.DistError and gloo's plain RuntimeErrors
+        first = re.sub(r"^\[[^\]]*\]\s*", "", str(exc).strip()).split(". ")[0]
+        raise GroupError(f"{GroupError.MARK}{what} failed on rank {rank}: another rank is gone or not answering "
+                         f"({first})") from None
 
 
 def check_flags(cfg: Config) -> None:
@@ -57,7 +88,7 @@ def check_flags(cfg: Config) -> None:
     if cfg.num_policies != 1:
         raise ConfigError(f"--num_learners={n} needs --num_policies=1, got {cfg.num_policies}: a learner group "
                           f"trains one policy")
-    if cfg.serial_mode:
+    if cfg.serial_mode and not cfg.ray_address:  # on a cluster it makes the samplers serial, never the driver
         raise ConfigError(f"--num_learners={n} cannot run with --serial_mode=True: the other learner ranks are "
                           f"processes of their own")
     trajectories = cfg.dataset_size() // cfg.rollout
@@ -87,9 +118,12 @@ class GroupSpec:
     """Where the ranks meet and what each trains on: made by the wiring, sent to every rank, joined there."""
 
     size: int
-    port: int  # on ADDRESS, where rank 0 serves the rendezvous
+    port: int  # on `address`, where rank 0 serves the rendezvous
     timeout: float  # seconds the rendezvous and any collective may wait
-    devices: tuple[str, ...]  # rank -> its device
+    devices: tuple[str, ...]  # rank -> its device (a rank elsewhere: as its own machine numbers its GPUs)
+    address: str = ADDRESS  # rank 0's: every other rank reaches it there, through its own interface towards it
+    # ranks 1..N-1 run elsewhere (Ray actors): each receives its share of every dataset from rank 0, laid out so
+    share_layout: ShareLayout | None = None
 
     def keepalive_interval(self) -> float:
         """How often an idle rank 0 tells the others to keep waiting: well within the collectives' timeout."""
@@ -98,20 +132,21 @@ class GroupSpec:
     def join(self, rank: int) -> "GroupLink":
         """Blocks until every rank joined (or the timeout passed)."""
         device = self.devices[rank]
-        os.environ.update(MASTER_ADDR=ADDRESS, MASTER_PORT=str(self.port), GLOO_SOCKET_IFNAME=LOOPBACK_INTERFACE,
-                          NCCL_SOCKET_IFNAME=LOOPBACK_INTERFACE)
+        interface = interface_towards(self.address)
+        os.environ.update(MASTER_ADDR=self.address, MASTER_PORT=str(self.port), GLOO_SOCKET_IFNAME=interface,
+                          NCCL_SOCKET_IFNAME=interface)
         backend = "nccl" if device.startswith("cuda") else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(torch.device(device).index or 0)
         dist.init_process_group(backend, rank=rank, world_size=self.size, timeout=timedelta(seconds=self.timeout))
         if rank == 0:
-            log.info("learner group: %d ranks joined (%s, %s:%d)", self.size, backend, ADDRESS, self.port)
-        return GroupLink(rank, self.size, device)
+            log.info("learner group: %d ranks joined (%s, %s:%d)", self.size, backend, self.address, self.port)
+        return GroupLink(rank, self.size, device, self.share_layout)
 
 
 def plan(cfg: Config, device: str) -> GroupSpec:
-    """The group's meeting point and each rank's device. NCCL runs one rank per GPU: with a GPU, rank r takes
-    the r-th GPU after the learner's."""
+    """One machine: the group's meeting point and each rank's device. NCCL runs one rank per GPU: with a GPU,
+    rank r takes the r-th GPU after the learner's."""
     n = cfg.num_learners
     devices = (device,) * n
     if device.startswith("cuda"):
@@ -123,30 +158,105 @@ def plan(cfg: Config, device: str) -> GroupSpec:
     return GroupSpec(n, free_port(), cfg.heartbeat_timeout + COLLECTIVE_GRACE_SEC, devices)
 
 
-def free_port() -> int:
-    """A port nothing listens on now, on the loopback interface, for rank 0's rendezvous."""
+def plan_elsewhere(cfg: Config, device: str, address: str, dataset: dict[str, torch.Tensor]) -> GroupSpec:
+    """Ranks 1..N-1 elsewhere (Ray actors, each with a GPU of its own as cuda:0 with --device=cuda), meeting
+    rank 0 at `address`, this machine's address as the other nodes see it; `dataset`: one of rank 0's."""
+    n = cfg.num_learners
+    devices = (device,) + ("cuda:0" if device.startswith("cuda") else "cpu",) * (n - 1)
+    return GroupSpec(n, free_port(address), cfg.heartbeat_timeout + COLLECTIVE_GRACE_SEC, devices, address,
+                     ShareLayout.of(share_of(dataset, 1, n)))
+
+
+def free_port(address: str = ADDRESS) -> int:
+    """A port nothing listens on now, on `address`, for rank 0's rendezvous."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((ADDRESS, 0))
+        s.bind((address, 0))
         return s.getsockname()[1]
+
+
+def address_towards(host: str) -> str:
+    """This machine's address on the route to `host` (a UDP socket's connect sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host, 9))
+        return s.getsockname()[0]
+
+
+def interface_towards(host: str) -> str:
+    """The network interface this machine reaches `host` through: gloo and NCCL bind it (by name)."""
+    own = address_towards(host)
+    if own.startswith("127."):
+        return LOOPBACK_INTERFACE
+    import psutil  # with the ray extra: only a cluster's ranks meet on an address that is not loopback
+
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.address == own for a in addresses):
+            return name
+    raise RuntimeError(f"learner group: no network interface of this machine has {own}, its address towards {host}")
+
+
+def weights_digest(model: torch.nn.Module) -> torch.Tensor:
+    """The first 16 bytes of a SHA-256 of every tensor of the state (normalizers included), as 2 int64s."""
+    h = hashlib.sha256()
+    for tensor in model.state_dict().values():
+        h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return torch.frombuffer(bytearray(h.digest()[:16]), dtype=torch.int64)
+
+
+def _on_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: _on_cpu(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_on_cpu(v) for v in value]
+    return value
 
 
 class GroupLink:
     """One rank's side of the group: its share of a dataset, and every collective the ranks make."""
 
-    def __init__(self, rank: int, size: int, device: str):
-        self.rank, self.size, self.device = rank, size, device
+    def __init__(self, rank: int, size: int, device: str, share_layout: ShareLayout | None = None):
+        self.rank, self.size, self.device, self.layout = rank, size, device, share_layout
+        self.buffers: list[torch.Tensor] = []  # ranks elsewhere: rank 0's outgoing shares, or this rank's incoming
+        self.model: torch.nn.Module | None = None
 
-    def share(self, dataset: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """This rank's contiguous 1/N of the trajectories (dim 1): views of the shared dataset."""
-        columns = next(iter(dataset.values())).shape[1] // self.size
-        return {key: t[:, self.rank * columns:(self.rank + 1) * columns] for key, t in dataset.items()}
+    def share(self, dataset: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+        """This rank's contiguous 1/N of the trajectories: views of the shared dataset, or, for ranks elsewhere,
+        sent by rank 0 (which passes the whole dataset; the others pass None and receive theirs)."""
+        if self.layout is None:
+            assert dataset is not None
+            return share_of(dataset, self.rank, self.size)
+        if not self.buffers:
+            count = self.size - 1 if self.rank == 0 else 1
+            self.buffers = [torch.empty(self.layout.nbytes, dtype=torch.uint8, device=self.device)
+                            for _ in range(count)]
+        if self.rank != 0:
+            with collective("receiving a share of a dataset", self.rank):
+                dist.recv(self.buffers[0], src=0)
+            return self.layout.unpack(self.buffers[0])
+        assert dataset is not None
+        with collective("sending the ranks their shares of a dataset", self.rank):
+            sends = []
+            for rank, buffer in enumerate(self.buffers, start=1):
+                self.layout.pack(share_of(dataset, rank, self.size), buffer)
+                sends.append(dist.isend(buffer, dst=rank))
+            for send in sends:
+                send.wait()
+        return share_of(dataset, 0, self.size)
 
-    def start_identical(self, model: torch.nn.Module) -> dict[str, Any]:
-        """Rank 0's weights (normalizers included) to every rank; returns the graph context's hooks."""
+    def start_identical(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """Rank 0's weights (normalizers included) and optimizer state (a resumed run's) to every rank; returns
+        the graph context's hooks."""
         state = model.state_dict()
-        for tensor in state.values():
-            dist.broadcast(tensor, src=0)
+        moments = [_on_cpu(optimizer.state_dict()) if self.rank == 0 else None]
+        with collective("the broadcast of rank 0's start", self.rank):
+            for tensor in state.values():
+                dist.broadcast(tensor, src=0)
+            dist.broadcast_object_list(moments, src=0)
         model.load_state_dict(state)  # in place already; this clears the normalizers' cached float32 copies
+        if self.rank != 0:
+            optimizer.load_state_dict(moments[0])
+        self.model = model
         return {"average_gradients": self.average_gradients, "gather": self.gather}
 
     def average_gradients(self, parameters: Iterable[torch.nn.Parameter]) -> None:
@@ -160,7 +270,8 @@ class GroupLink:
         if not grads:
             return
         flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat)
+        with collective("the all-reduce of the gradients", self.rank):
+            dist.all_reduce(flat)
         flat.div_(self.size)
         offset = 0
         for g in grads:
@@ -171,7 +282,8 @@ class GroupLink:
         """`tensor` (same shape and dtype on every rank) from every rank, in rank order."""
         tensor = tensor.to(self.device)
         out = [torch.empty_like(tensor) for _ in range(self.size)]
-        dist.all_gather(out, tensor)
+        with collective("an all-gather", self.rank):
+            dist.all_gather(out, tensor)
         return out
 
     def mean_stats(self, stats: dict[str, float]) -> dict[str, float]:
@@ -195,45 +307,67 @@ class GroupLink:
     def _broadcast(self, command: Command) -> Command:
         # float64 holds the learning rate exactly, and indices and versions far beyond any run's
         message = torch.tensor(command, dtype=torch.float64, device=self.device)
-        dist.broadcast(message, src=0)
+        with collective("the broadcast of a command", self.rank):
+            dist.broadcast(message, src=0)
         kind, index, learning_rate, version = message.tolist()
         return Command(int(kind), int(index), learning_rate, int(version))
 
     def close(self) -> None:
-        """Rank 0 tells the others to stop; a rank already gone is not waited for."""
+        """Rank 0 tells the others to stop; then the ranks compare their weights (rank 0 logs the outcome). A
+        rank already gone is not waited for."""
         try:
             if self.rank == 0:
                 self._broadcast(Command(STOP))
+            if self.model is not None:
+                self._compare_weights(self.model)
             dist.destroy_process_group()
-        except (RuntimeError, dist.DistError) as exc:
+        except RuntimeError as exc:  # GroupError, or destroy's own
             log.warning("learner rank %d: the group could not close cleanly: %s", self.rank, exc)
+
+    def _compare_weights(self, model: torch.nn.Module) -> None:
+        digests = [d.tolist() for d in self.gather(weights_digest(model).to(self.device))]
+        if self.rank != 0:
+            return
+        if all(d == digests[0] for d in digests):
+            log.info("learner group: %d ranks stopped with identical weights (sha256 %016x...)", self.size,
+                     digests[0][0] & (2**64 - 1))
+        else:
+            differ = [r for r, d in enumerate(digests) if d != digests[0]]
+            log.warning("learner group: the weights of rank(s) %s differ from rank 0's at stop", differ)
 
 
 def follower_processes(mp_context: Any, spec: GroupSpec, trainer: Trainer, datasets: DatasetBuffers,
-                       weights: SharedWeights, resume_from: str | None, torch_threads: int) -> list[BaseProcess]:
-    """Ranks 1..N-1 as daemon processes of the runner (its `_stop_processes` joins or kills them), each
-    with a trainer like rank 0's (`trainer`, not built yet) on its own device."""
+                       weights: SharedWeights, torch_threads: int) -> list[BaseProcess]:
+    """One machine: ranks 1..N-1 as daemon processes of the runner (its `_stop_processes` joins or kills them),
+    each with a trainer like rank 0's (`trainer`, not built yet) on its own device."""
     return [mp_context.Process(target=follow, name=rank_name(rank), daemon=True,
-                               args=(rank, spec, trainer.on_device(spec.devices[rank]), datasets, weights, resume_from,
+                               args=(rank, spec, trainer.on_device(spec.devices[rank]), datasets, weights,
                                      os.getpid(), torch_threads))
             for rank in range(1, spec.size)]
 
 
 def follow(rank: int, spec: GroupSpec, trainer: Trainer, datasets: DatasetBuffers, weights: SharedWeights,
-           resume_from: str | None, runner_pid: int, torch_threads: int) -> None:
-    """A rank ≥ 1: train on its share of each dataset rank 0 names, until rank 0 says stop. If rank 0 dies,
-    the collective it waits in fails at once (or times out); if the runner dies, `_exit_with` ends it."""
+           runner_pid: int, torch_threads: int) -> None:
+    """A rank ≥ 1 on the learner's machine. If rank 0 dies, the collective it waits in fails at once (or times
+    out); if the runner dies, `_exit_with` ends it."""
     configure_process(torch_threads)
     _exit_with(runner_pid)
-    state = checkpoint.load(resume_from, map_location=trainer.device) if resume_from else None
+    train_as_follower(rank, spec, trainer, datasets, weights)
+
+
+def train_as_follower(rank: int, spec: GroupSpec, trainer: Trainer, datasets: DatasetBuffers | None = None,
+                      weights: SharedWeights | None = None) -> None:
+    """A rank ≥ 1: train on its share of each dataset rank 0 names, until rank 0 says stop. A rank elsewhere
+    (no `datasets`, no `weights`) receives each share, and its start, from rank 0."""
     link = spec.join(rank)
-    trainer.build(weights, state, link=link)
+    trainer.build(weights, None, link=link)
     while True:
         command = link.receive()
         if command.kind == STOP:
             break
         if command.kind == TRAIN:
-            trainer.train(datasets[command.index], command.learning_rate, command.version)
+            trainer.train(datasets[command.index] if datasets is not None else None, command.learning_rate,
+                          command.version)
     link.close()
 
 

@@ -162,7 +162,7 @@ def build_components(setup: Setup, runner: Component, outbox: queue.Queue | None
     learner = policies[0].learner
     if isinstance(learner, Learner) and learner.group is not None:  # ranks 1..N-1 of its learner group, started after the learner's process
         topology.processes += learner_group.follower_processes(ctx, learner.group, learner.trainer, learner.datasets,
-                                                               learner.weights, learner.resume_from, cfg.torch_threads)
+                                                               learner.weights, cfg.torch_threads)
     mapping = policy_mapping.resolve(cfg.policy_mapping)
     workers = []
     for w in range(cfg.num_workers):

@@ -19,7 +19,8 @@ from sf_core.arguments import parse_args
 from sf_core.buffers import NoLock, SharedWeights
 from sf_core.config import Config, ConfigError
 from sf_core.learner import Trainer
-from sf_core.learner_group import STOP, TRAIN, Command, GroupSpec, free_port, plan
+from sf_core.dataset_shares import ShareLayout, share_of
+from sf_core.learner_group import ADDRESS, STOP, TRAIN, Command, GroupSpec, free_port, plan
 from sf_core.sample import SampleSpaces, batch_tensors
 from tests import launch
 from tests.helpers import kill_9_once, read_summary, wait_for
@@ -67,11 +68,14 @@ def initial_weights(cfg: Config) -> SharedWeights:
 
 def run_rank(rank: int, spec: GroupSpec, cfg: Config, data: list, weights: SharedWeights, out: str) -> None:
     """One rank, through the code the learner and its followers train with: rank 0 names each dataset with
-    a command, as the learner does; the others train on what the command names, as `follow` does."""
+    a command, as the learner does; the others train on what the command names, as `follow` does. A rank
+    "elsewhere" (spec.share_layout set) sees neither the datasets nor the shared weights: rank 0 sends it its
+    share of each dataset, and its start."""
     torch.set_num_threads(1)
     link = spec.join(rank)
     t = trainer(cfg)
-    t.build(weights, None, link=link)
+    elsewhere = rank > 0 and spec.share_layout is not None
+    t.build(None if elsewhere else weights, None, link=link)
     stats = []
     for index in range(len(data)):
         if rank == 0:
@@ -79,15 +83,17 @@ def run_rank(rank: int, spec: GroupSpec, cfg: Config, data: list, weights: Share
             link.send_train(command.index, command.learning_rate, command.version)
         else:
             command = link.receive()
-        stats.append(t.train(data[command.index], command.learning_rate, command.version))
+        stats.append(t.train(None if elsewhere else data[command.index], command.learning_rate, command.version))
     torch.save({"state": t.models["actor_critic"].module.state_dict(), "stats": stats}, out)
     if rank > 0:
         assert link.receive().kind == STOP
     link.close()  # rank 0: sends that stop
 
 
-def train_as_group(tmp_path, cfg: Config, data: list, weights: SharedWeights, size: int = 2) -> list[dict]:
-    spec = GroupSpec(size, free_port(), timeout=60.0, devices=("cpu",) * size)
+def train_as_group(tmp_path, cfg: Config, data: list, weights: SharedWeights, size: int = 2,
+                   sent: bool = False) -> list[dict]:
+    layout = ShareLayout.of(share_of(data[0], 1, size)) if sent else None
+    spec = GroupSpec(size, free_port(), timeout=60.0, devices=("cpu",) * size, address=ADDRESS, share_layout=layout)
     ctx = multiprocessing.get_context("fork")
     outs = [str(tmp_path / f"rank_{r}.pt") for r in range(size)]
     procs = [ctx.Process(target=run_rank, args=(r, spec, cfg, data, weights, outs[r]), daemon=True)
@@ -106,8 +112,11 @@ def train_as_group(tmp_path, cfg: Config, data: list, weights: SharedWeights, si
     return [torch.load(out, weights_only=True) for out in outs]
 
 
-@pytest.mark.parametrize("recurrent", [False, True], ids=["feed_forward", "gru"])
-def test_two_ranks_train_as_one_learner_with_the_whole_batch(tmp_path, recurrent):
+@pytest.mark.parametrize("recurrent, sent", [(False, False), (True, False), (False, True), (True, True)],
+                         ids=["feed_forward", "gru", "feed_forward_sent", "gru_sent"])
+def test_two_ranks_train_as_one_learner_with_the_whole_batch(tmp_path, recurrent, sent):
+    """`sent`: rank 1 stands for a rank on another node (a Ray actor): its shares of the datasets and its start
+    come from rank 0 as messages, not from shared memory."""
     rnn = {"use_rnn": True, "rnn_size": 8, "recurrence": 4} if recurrent else {}
     cfg = small_config(**rnn)
     rnn_state_size = ActorCritic(OBS, ACTIONS, ModelSpec.from_config(cfg)).rnn_state_size
@@ -123,7 +132,7 @@ def test_two_ranks_train_as_one_learner_with_the_whole_batch(tmp_path, recurrent
     start = {name: t.double() for name, t in weights.tensors.items()}
     assert max((reference[n].double() - start[n]).abs().max().item() for n in start) > 100 * TOLERANCE  # it trained
 
-    ranks = train_as_group(tmp_path, dataclasses.replace(cfg, num_learners=2), data, weights)
+    ranks = train_as_group(tmp_path, dataclasses.replace(cfg, num_learners=2), data, weights, sent=sent)
 
     # every rank holds the same weights, normalizers included, bit for bit
     assert ranks[0]["state"].keys() == ranks[1]["state"].keys() == reference.keys()
@@ -139,6 +148,20 @@ def test_two_ranks_train_as_one_learner_with_the_whole_batch(tmp_path, recurrent
         for key in ("loss", "policy_loss", "value_loss", "entropy", "kl", "clip_fraction", "grad_norm", "value_mean",
                     "target_mean"):
             assert group[key] == pytest.approx(one[key], rel=1e-5, abs=1e-6), key
+
+
+def test_a_packed_share_unpacks_to_the_same_fields_of_every_dtype():
+    share = share_of(datasets(small_config(use_rnn=True, rnn_size=8), 16)[1], 1, 2)
+    share["empty"] = torch.zeros((ROLLOUT, TRAJECTORIES // 2, 0))
+    layout = ShareLayout.of(share)
+    buffer = torch.full((layout.nbytes,), 255, dtype=torch.uint8)
+    layout.pack(share, buffer)
+    unpacked = layout.unpack(buffer)
+    assert unpacked.keys() == share.keys()
+    assert {share[k].dtype for k in share} >= {torch.float32, torch.bool, torch.int64}  # the schema's mix
+    for key, tensor in share.items():
+        assert unpacked[key].dtype == tensor.dtype and torch.equal(unpacked[key], tensor), key
+        assert unpacked[key].untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()  # views, no copy
 
 
 # ------------------------------------------------------------------------------------------ end to end
@@ -209,6 +232,7 @@ def test_a_dead_rank_stops_training_with_an_error_naming_it(tmp_path):
     assert proc.returncode == 1, output[-3000:]
     assert (f"training stopped: learner_rank_1 failed: process learner_rank_1 (pid {rank.pid}) died with exit "
             f"code -9") in output, output[-3000:]
+    assert read_summary(tmp_path)["last_checkpoint"], output[-3000:]  # rank 0 outlives the group, and saves
     _, alive = psutil.wait_procs(descendants, timeout=10)
     assert not alive, [p.pid for p in alive]
 
