@@ -253,6 +253,10 @@ class Config:
     sampler_cpus: float = flag(1.0, "cluster", "Ray CPUs each sampler reserves (its placement bundle).")
     max_sampler_restarts: int = flag(
         20, "cluster", "Samplers replaced after a crash or a lost node before training stops.")
+    learner_cpus: float = flag(1.0, "cluster", "Ray CPUs each learner rank after the first reserves (--num_learners: "
+                               "they are Ray actors on the cluster's nodes; with --device=cuda each takes a GPU too).")
+    learner_resources: str = flag("", "cluster", "Custom Ray resources those ranks need, NAME:AMOUNT,... (e.g. "
+                                  "learner:1, for nodes started with ray start --resources='{\"learner\": 1}').")
 
     # ----------------------------------------------------------------------------------------------
     def dataset_size(self) -> int:

@@ -22,14 +22,14 @@ import torch
 
 from algo.algorithms import algorithm_builder
 from algo.graph import build_graph
-from algo.model import has_fast_bfloat16
 from algo.params import LearningParams
 from envs.registry import EnvRegistry, registry_snapshot
 from sf_core import wandb_logging
 from sf_core.component import Component, ComponentError, Routing, guarded, reuse_freed_memory, start_loop_watchdog
-from sf_core.policy import resolve_device
+from sf_core.policy import training_device
 from sf_core.config import Config, ConfigError
 from sf_core.experiment import Experiment
+from sf_core.learner_group import GroupError
 from sf_core.population import Population
 from sf_core.progress import Progress
 from sf_core.sample import BATCH_KEYS
@@ -44,6 +44,7 @@ EXIT_OK, EXIT_ERROR, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 130, 143
 CHECK_INTERVAL_SEC = 0.25
 SHUTDOWN_GRACE_SEC = 6.0
 DEATH_REPORT_GRACE_SEC = 1.0
+RANK_REPORT_GRACE_SEC = 3.0  # for the ingest to name the learner rank Ray lost, once a collective failed
 EMIT_TIMEOUT_SEC = 2.0
 MAX_WORKER_RESTARTS = 5
 
@@ -70,6 +71,7 @@ class Runner(Component):
         self.exit_code: int | None = None
         self.error: str | None = None
         self.dead_since: dict[str, float] = {}
+        self.group_failure: tuple[str, str, float] | None = None  # a failed collective, waiting to be explained
         self.last_checkpoint: str | None = None
         self.stopping = False
         self.restart_pending = False  # a worker died under --env_fault_policy=restart
@@ -97,9 +99,9 @@ class Runner(Component):
             population.find_checkpoints()
         population.start_pbt(self.seed)
         states = population.states
-        if self.resumed is not None:
+        if self.population.resumed is not None:
             log.info("resuming from %s (policy v%d, %s env frames)", population.resume_from[0], states[0]["version"],
-                     f"{self.resumed['frames']:,}")
+                     f"{self.population.resumed['frames']:,}")
         # a resumed run must not replay the env seeds of the first one
         seed = self.seed + (states[0]["version"] if states[0] else 0)
         if self.serial:  # every component's tensors are allocated in this process
@@ -111,11 +113,7 @@ class Runner(Component):
             torch.set_num_threads(1)
         models = [initial_model(cfg, obs_space, action_space, seed + 1_000_003 * p, state["model"] if state else None)
                   for p, state in enumerate(states)]
-        device = resolve_device(cfg.device)
-        if not cfg.mixed_precision and has_fast_bfloat16(device):
-            kind = "GPU" if device.startswith("cuda") else "CPU"
-            log.info("this %s computes bfloat16 in hardware: --mixed_precision=True trains up to ~2x faster where "
-                     "the learner is the bottleneck (docs/performance.md)", kind)
+        device = training_device(cfg)
         versions = [state["version"] if state else 0 for state in states]
         setup = Setup(cfg, self.registry, obs_space, action_space, models, versions, device, seed, population.dirs,
                       population.resume_from, agents_per_env)
@@ -126,11 +124,6 @@ class Runner(Component):
         else:
             self.topology = build_components(setup, self)
 
-    @property
-    def resumed(self) -> dict | None:
-        """The runner counters of the checkpoint this run resumed from."""
-        return self.population.resumed
-
     # ---------------------------------------------------------------- run
     def run(self) -> int:
         """Train until a stop condition; returns the process exit code."""
@@ -138,7 +131,7 @@ class Runner(Component):
             self._build()
         except (ValueError, gym.error.Error) as exc:
             raise ConfigError(str(exc)) from exc
-        self.experiment.prepare(resuming=self.resumed is not None)
+        self.experiment.prepare(resuming=self.population.resumed is not None)
         timer = Timer(self.loop, CHECK_INTERVAL_SEC, object_id="runner_check_timer")
         timer.timeout.connect(self.check)
 
@@ -171,7 +164,7 @@ class Runner(Component):
             torch.set_num_threads(self.threads_before_fork)
         if self._stats is None:
             # after the processes start: the TensorBoard writer runs a thread, which a fork must not copy
-            start_frames = self.resumed["frames"] if self.resumed else 0
+            start_frames = self.population.resumed["frames"] if self.population.resumed else 0
             n = self.cfg.num_policies
             counts = {"env_step": self.cfg.num_workers, "inference": self.cfg.policy_workers_per_policy * n,
                       "learner": n}
@@ -218,6 +211,10 @@ class Runner(Component):
         rank = self.topology.dead_learner_rank()
         if rank is not None:  # a learner rank's death fails the learner's next collective: name the cause
             component, details = rank.name, _died(rank)
+        elif details.startswith(GroupError.MARK) and self.cfg.ray_address and self.group_failure is None:
+            # a rank on the cluster is gone: the ingest names it as soon as Ray tells it which (check() waits)
+            self.group_failure = (component, details, time.time())
+            return
         self._fail(component, details)
         self._shutdown()
 
@@ -246,6 +243,9 @@ class Runner(Component):
             self._request_checkpoint()
             self.last_save = now
         self._check_health(now)
+        if self.group_failure is not None and now - self.group_failure[2] > RANK_REPORT_GRACE_SEC:
+            self._fail(*self.group_failure[:2])  # no rank was named: the collective's own error
+            self._shutdown()
         if self.stopping:
             return
         if self.exit_code is None:

@@ -133,7 +133,15 @@ class SamplerReport:
     versions: tuple[int, ...] = ()  # started: each policy's weights version it starts from
 
 
-Report = RolloutReport | InferenceReport | LearnerReport | SamplerReport
+@dataclass
+class LearnerRankReport:
+    """--ray_address with --num_learners > 1: learner rank `rank` (≥ 1) runs as a Ray actor on node `node`."""
+
+    rank: int
+    node: str
+
+
+Report = RolloutReport | InferenceReport | LearnerReport | SamplerReport | LearnerRankReport
 
 
 # ------------------------------------------------------------------------------- the data flow, in order

@@ -9,7 +9,7 @@ from collections import deque
 import numpy as np
 
 from sf_core.cluster.cluster_stats import ClusterStats
-from sf_core.signals import InferenceReport, LearnerReport, Report, RolloutReport, SamplerReport
+from sf_core.signals import InferenceReport, LearnerRankReport, LearnerReport, Report, RolloutReport, SamplerReport
 from sf_core.win_rates import WinRates
 
 log = logging.getLogger("sf_core")
@@ -101,7 +101,7 @@ class TrainingStats:
             self.policy_version = max(p.version for p in self.policies)
             if len(self.policies) == 1:  # several: each policy's are in its own section
                 self.learner = report.stats
-        elif isinstance(report, SamplerReport):  # --ray_address
+        elif isinstance(report, (SamplerReport, LearnerRankReport)):  # --ray_address
             self.cluster = self.cluster or ClusterStats()
             self.cluster.add(report)
         else:

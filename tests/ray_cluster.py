@@ -29,13 +29,15 @@ def ray_environment() -> dict[str, str]:
             "RAY_DEDUP_LOGS": "0"}
 
 
-def start_cluster(nodes: int):
+def start_cluster(nodes: int, node_resources: dict[str, float] | None = None):
+    """A head and nodes - 1 more; `node_resources`: custom resources of every node but the head."""
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": HEAD_CPUS, "object_store_memory": OBJECT_STORE_BYTES, "include_dashboard": False,
         "_system_config": HEALTH})
-    workers = [cluster.add_node(num_cpus=NODE_CPUS, object_store_memory=OBJECT_STORE_BYTES) for _ in range(nodes - 1)]
+    workers = [cluster.add_node(num_cpus=NODE_CPUS, object_store_memory=OBJECT_STORE_BYTES,
+                                resources=node_resources or {}) for _ in range(nodes - 1)]
     cluster.wait_for_nodes(timeout=60)
     return cluster, workers
 
@@ -110,6 +112,18 @@ def replaced_since_kill(progress: dict, args, result: dict) -> bool:
     return progress["replaced"] > result.get("replaced_before_kill", 0)
 
 
+def kill_learner_ranks() -> list[int]:
+    """SIGKILL the learner ranks' Ray actor processes (Ray titles a worker by the actor method it runs)."""
+    import psutil
+
+    killed = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        if "ray::LearnerRank" in " ".join(p.info["cmdline"] or ()):
+            p.kill()
+            killed.append(p.info["pid"])
+    return killed
+
+
 def act_on(progress: dict, args, result: dict, cluster, workers: list, proc) -> None:
     """The scenario's kills and stops, each once, when the run's progress calls for it."""
     frames, everywhere = progress["frames"], progress["nodes"] == args.nodes
@@ -118,6 +132,10 @@ def act_on(progress: dict, args, result: dict, cluster, workers: list, proc) -> 
             and frames >= args.kill_node_after_frames and everywhere):
         result["killed_at_frames"], result["replaced_before_kill"] = frames, progress["replaced"]
         cluster.remove_node(workers[-1], allow_graceful=False)
+    if args.kill_learner_rank_after_frames and result["rank_killed_at_frames"] is None \
+            and frames >= args.kill_learner_rank_after_frames:
+        result["rank_killed_at_frames"] = frames
+        result["rank_killed_pids"] = kill_learner_ranks()
     if args.kill_cluster_after_frames and result["cluster_killed_at_frames"] is None \
             and frames >= args.kill_cluster_after_frames:
         result["cluster_killed_at_frames"] = frames
@@ -138,6 +156,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--kill_node_after_frames", type=int, default=0, help="and once every node sampled")
     parser.add_argument("--kill_cluster_after_frames", type=int, default=0, help="every node, the head included")
+    parser.add_argument("--kill_learner_rank_after_frames", type=int, default=0, help="SIGKILL to the learner ranks")
     parser.add_argument("--stop_after_frames", type=int, default=0,
                         help="SIGTERM to the trainer, as a user's stop, once every node sampled")
     parser.add_argument("--stop_when_replaced_and_return", type=float, default=None,
@@ -146,14 +165,17 @@ def main() -> int:
     parser.add_argument("--env_servers", type=int, default=0,
                         help="CartPole env servers to start here; {services} in the training flags lists them")
     parser.add_argument("--env_server_capacity", type=int, default=4)
+    parser.add_argument("--node_resources", default="", help="custom resources of the nodes but the head, as JSON")
     parser.add_argument("--timeout", type=float, default=300.0)
     args, train_flags = parser.parse_known_args()
     os.environ.update(ray_environment())
     servers = start_env_servers(args.env_servers, args.env_server_capacity)
-    cluster, workers = start_cluster(args.nodes)
+    cluster, workers = start_cluster(args.nodes, json.loads(args.node_resources or "{}"))
     spawned = descendants()
     result: dict = {"killed_at_frames": None, "cluster_killed_at_frames": None, "stopped_at_frames": None,
-                    "return_reached_at_frames": None}
+                    "rank_killed_at_frames": None,
+                    "return_reached_at_frames": None, "head_node": cluster.head_node.node_id,
+                    "other_nodes": [node.node_id for node in workers]}
     try:
         services = ",".join(server.spec for server in servers)
         command = [sys.executable, "-m", "sf_core.train", f"--ray_address={cluster.address}",

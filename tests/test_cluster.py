@@ -37,13 +37,15 @@ def named_semaphores() -> set[str]:
 
 
 def on_two_nodes(tmp_path, *flags: str, kill_after_frames: int = 0, kill_cluster_after_frames: int = 0,
+                 kill_learner_rank_after_frames: int = 0,
                  stop_after_frames: int = 0, stop_when_replaced_and_return: float | None = None,
-                 env_servers: int = 0, timeout: float = 200.0) -> tuple[dict, dict]:
+                 env_servers: int = 0, node_resources: str = "", timeout: float = 200.0) -> tuple[dict, dict]:
     """Train on a fresh two-node cluster; returns the scenario's result and the training summary."""
     before, semaphores = ray_processes(), named_semaphores()
     args = ["--nodes=2", f"--kill_node_after_frames={kill_after_frames}", f"--timeout={timeout}",
             f"--kill_cluster_after_frames={kill_cluster_after_frames}", f"--stop_after_frames={stop_after_frames}",
-            f"--summary={tmp_path / 'exp' / 'training_summary.json'}", f"--env_servers={env_servers}"]
+            f"--summary={tmp_path / 'exp' / 'training_summary.json'}", f"--env_servers={env_servers}",
+            f"--node_resources={node_resources}", f"--kill_learner_rank_after_frames={kill_learner_rank_after_frames}"]
     if stop_when_replaced_and_return is not None:
         args.append(f"--stop_when_replaced_and_return={stop_when_replaced_and_return}")
     args += ["--", f"--train_dir={tmp_path}", "--experiment=exp", "--experiment_summaries_interval=0.5", *flags]
@@ -87,17 +89,23 @@ def test_two_nodes_solve_cartpole_with_one_node_killed(tmp_path):
 @needs_namespace
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_async_samplers_then_enjoy_and_resume_on_one_machine(tmp_path):
-    """Samplers in async mode (their workers are processes they spawn) feeding a learner group of two ranks;
-    the policy trained on the cluster plays with enjoy and resumes without Ray, as one trained on one
-    machine does. The user stops it (SIGTERM) once both nodes have sampled: a sampler can take long to start
-    on a busy machine, and the other may deliver any fixed number of frames alone before it does."""
+def test_async_samplers_and_a_learner_rank_on_the_other_node_then_enjoy_and_resume_on_one_machine(tmp_path):
+    """Samplers in async mode (their workers are processes they spawn) feeding a learner group of two ranks,
+    rank 1 a Ray actor on the second node (the only one with the `learner` resource it asks for), which
+    receives its share of every dataset from rank 0; the policy trained on the cluster plays with enjoy and
+    resumes without Ray, as one trained on one machine does. The user stops it (SIGTERM) once both nodes
+    have sampled: a sampler can take long to start on a busy machine, and the other may deliver any fixed
+    number of frames alone before it does."""
     result, summary = on_two_nodes(tmp_path, "--env=CartPole-v1", "--num_workers=1", "--train_for_seconds=150",
-                                   "--num_learners=2", "--seed=2", stop_after_frames=50_000)
+                                   "--num_learners=2", "--learner_resources=learner:1", "--seed=2",
+                                   stop_after_frames=50_000, node_resources='{"learner": 1}')
     assert result["stopped_at_frames"] is not None, result["output"][-3000:]
     assert result["exit_code"] == 143, result["output"][-3000:]
     assert summary["frames"] >= 50_000 and summary["samples_trained"] > 0 and summary["last_checkpoint"], summary
     assert "learner group: 2 ranks joined" in result["output"]
+    assert summary["cluster"]["learner_ranks"] == {"1": result["other_nodes"][0]}, summary["cluster"]
+    # every SGD step of rank 1 on its node was rank 0's: both stop with the same weights, bit for bit
+    assert "learner group: 2 ranks stopped with identical weights" in result["output"], result["output"][-3000:]
     assert len(summary["cluster"]["node_frames"]) == 2, summary["cluster"]  # num_samplers 0: one per node
     assert all(s["frames"] > 0 for s in summary["cluster"]["samplers"])
     # no sampler lost, but for the Ray 2.60 fault docs/distributed.md describes (healed by a replacement)
@@ -177,6 +185,23 @@ def test_losing_the_whole_cluster_stops_with_a_message_and_a_checkpoint(tmp_path
     assert "Ray driver" in summary["error"] and "cluster's head" in summary["error"], summary["error"]
     assert summary["last_checkpoint"] and summary["frames"] >= result["cluster_killed_at_frames"], \
         (summary, result["output"][-3000:])
+
+
+@needs_namespace
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_lost_learner_rank_stops_the_run_naming_it_and_the_learner_saves(tmp_path):
+    """A learner rank's process on the other node is killed: the group cannot go on, so the run stops, naming
+    the rank Ray lost (not only the collective that failed on rank 0), and rank 0 saves its checkpoint."""
+    result, summary = on_two_nodes(tmp_path, "--env=CartPole-v1", "--num_workers=1", "--serial_mode=True",
+                                   "--num_learners=2", "--learner_resources=learner:1", "--train_for_seconds=120",
+                                   kill_learner_rank_after_frames=20_000, node_resources='{"learner": 1}')
+    assert result["rank_killed_pids"], result["output"][-3000:]
+    assert result["exit_code"] == 1 and not result.get("timed_out"), result["output"][-3000:]
+    node = result["other_nodes"][0][:8]
+    assert summary["error"].startswith(f"training stopped: learner_rank_1 failed: the Ray actor of learner rank 1 "
+                                       f"(node {node}) is gone"), summary["error"]
+    assert summary["last_checkpoint"] and summary["frames"] >= result["rank_killed_at_frames"], summary
 
 
 def test_bad_cluster_flags_exit_with_one_message(tmp_path):

@@ -1,9 +1,10 @@
-"""What the driver knows of the cluster: frames per node and per sampler, and every sampler lost or started.
-Shown in the console line, TensorBoard (cluster/...) and training_summary.json's "cluster" section."""
+"""What the driver knows of the cluster: frames per node and per sampler, every sampler lost or started, and
+where the learner ranks run. Shown in the console line, TensorBoard (cluster/...) and training_summary.json's
+"cluster" section."""
 
 from __future__ import annotations
 
-from sf_core.signals import SamplerReport
+from sf_core.signals import LearnerRankReport, SamplerReport
 
 
 class ClusterStats:
@@ -17,8 +18,12 @@ class ClusterStats:
         self.events: list[dict] = []  # every start after the first and every loss, in order
         self.shards = 0
         self.live: set[tuple[int, int]] = set()  # (sampler, incarnation) started and not lost
+        self.learner_ranks: dict[int, str] = {}  # --num_learners: rank (≥ 1) -> its node
 
-    def add(self, report: SamplerReport) -> None:
+    def add(self, report: SamplerReport | LearnerRankReport) -> None:
+        if isinstance(report, LearnerRankReport):
+            self.learner_ranks[report.rank] = report.node
+            return
         key = (report.sampler, report.incarnation)
         if report.event == "shard":
             self.shards += 1
@@ -50,6 +55,7 @@ class ClusterStats:
                                               for p in range(len(self.started_with.get((s, i), ())))]}
                          for (s, i), f in sorted(self.sampler_frames.items())],
             "sampler_restarts": self.restarts, "events": list(self.events), "shards": self.shards,
+            "learner_ranks": {str(rank): node for rank, node in sorted(self.learner_ranks.items())},
         }
 
     def line(self) -> str:

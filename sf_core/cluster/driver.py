@@ -1,5 +1,7 @@
 """The driver's components of a cluster run: each policy's learner as on one machine, and the shard ingest
 in the place of the rollout and inference workers and the batchers (they run on the nodes, in samplers).
+With --num_learners > 1 the learner is rank 0 of a group whose other ranks are Ray actors on the cluster's
+nodes (sf_core/cluster/learner_ranks.py), which the ingest starts.
 
 Each has a process, whatever --serial_mode says (it applies to the samplers): the ingest is Ray's driver,
 and Ray ends a driver process that loses the cluster's head; the runner then stops the run, the learner
@@ -18,6 +20,7 @@ from sf_core import signals as sig
 from sf_core.buffers import BufferLayout, DatasetBuffers, SharedWeights, make_lock
 from sf_core.cluster import placement
 from sf_core.cluster.ingest import ShardIngest
+from sf_core.cluster.learner_ranks import RemoteRanks
 from sf_core.cluster.sampler import SamplerSpec
 from sf_core.component import Component, ComponentProcess
 from sf_core.control import ControlBlock
@@ -51,11 +54,14 @@ def build_driver_components(setup: Setup, runner: Component) -> Topology:
         return proc.event_loop, proc
 
     for p in range(n):
-        topology.learners.append(_learner(setup, cfg, p, datasets[p], topology, control, loop_of, ctx))
+        topology.learners.append(_learner(setup, cfg, p, datasets[p], topology, control, loop_of))
+    niceness = os.getpriority(os.PRIO_PROCESS, 0)
     spec = SamplerSpec(setup.cfg, setup.registry, setup.obs_space, setup.action_space, setup.agents_per_env, 0, 0,
-                       setup.seed, os.getpriority(os.PRIO_PROCESS, 0))
+                       setup.seed, niceness)
+    learner = topology.learners[0]
+    ranks = RemoteRanks(cfg, learner.group, learner.trainer, niceness) if learner.group is not None else None
     loop, ingest_proc = loop_of(INGEST)
-    ingest = ShardIngest(loop, cfg, datasets, topology.weights, spec, control)
+    ingest = ShardIngest(loop, cfg, datasets, topology.weights, spec, control, ranks)
     ingest_proc.reporter = ingest
     ingest_proc.death_hint = (": it is this run's Ray driver, which Ray ends when the cluster's head (or this "
                               "machine's Ray node) is gone; Ray's own message is above")
@@ -75,17 +81,15 @@ def build_driver_components(setup: Setup, runner: Component) -> Topology:
 
 
 def _learner(setup: Setup, cfg, p: int, datasets: DatasetBuffers, topology: Topology, control: ControlBlock,
-             loop_of, ctx) -> Learner:
-    """Policy p's learner on a process of its own, with its learner group's other ranks (--num_learners)."""
+             loop_of) -> Learner:
+    """Policy p's learner on a process of its own; with --num_learners > 1, rank 0 of a group whose other ranks
+    run on the cluster's nodes and meet it at this machine's address towards the head."""
     name = learner_name(p, cfg.num_policies)
     loop, proc = loop_of(name)
-    group = learner_group.plan(cfg, setup.device) if cfg.num_learners > 1 else None  # ranks on this machine
-    weights = topology.weights[p]
-    learner = Learner(loop, cfg, datasets, weights, setup.obs_space, setup.action_space, setup.models[p].spec,
-                      setup.device, setup.seed + 1_000_003 * p, setup.checkpoint_dirs[p], setup.resume_from[p],
-                      algorithm_builder(cfg.algo), control, p, topology.weights, group)
+    group = (learner_group.plan_elsewhere(cfg, setup.device, placement.driver_address(cfg), datasets[0])
+             if cfg.num_learners > 1 else None)
+    learner = Learner(loop, cfg, datasets, topology.weights[p], setup.obs_space, setup.action_space,
+                      setup.models[p].spec, setup.device, setup.seed + 1_000_003 * p, setup.checkpoint_dirs[p],
+                      setup.resume_from[p], algorithm_builder(cfg.algo), control, p, topology.weights, group)
     proc.reporter = learner
-    if group is not None:
-        topology.processes += learner_group.follower_processes(ctx, group, learner.trainer, datasets, weights,
-                                                               setup.resume_from[p], cfg.torch_threads)
     return learner

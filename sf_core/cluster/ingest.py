@@ -1,5 +1,7 @@
-"""Shard ingest: the driver's side of a cluster run (--ray_address). Takes shards from the samplers into the
-learner's datasets, sends each new weights version to every sampler, and replaces samplers that are lost.
+"""Shard ingest: the driver's side of a cluster run (--ray_address), and the run's Ray driver. Takes shards from
+the samplers into the learner's datasets, sends each new weights version to every sampler, and replaces
+samplers that are lost. With --num_learners > 1 it also starts the learner group's other ranks on the
+cluster (sf_core/cluster/learner_ranks.py) and names one Ray loses.
 
 Signals in: batch_consumed, shards_arrived, stop. Out: batch_ready, report (sf_core/signals.py).
 
@@ -33,12 +35,14 @@ from typing import Any
 
 from sf_core.buffers import DatasetBuffers, SharedWeights
 from sf_core.cluster import placement
+from sf_core.cluster.learner_ranks import RemoteRanks, failure_message
 from sf_core.cluster.sampler import STOP_GRACE_SEC, SamplerSpec, with_service_share
 from sf_core.cluster.shards import Shard, copy_into
 from sf_core.component import Component, guarded
 from sf_core.config import Config
 from sf_core.control import ControlBlock
-from sf_core.signals import BATCH_READY, REPORT, SHARDS_ARRIVED, RolloutReport, SamplerReport
+from sf_core.signals import (BATCH_READY, COMPONENT_ERROR, REPORT, SHARDS_ARRIVED, LearnerRankReport, RolloutReport,
+                             SamplerReport)
 from signal_slot.signal_slot import EventLoop, EventLoopObject, Timer
 
 log = logging.getLogger("sf_core")
@@ -76,9 +80,11 @@ class PolicyPort(EventLoopObject):
 
 class ShardIngest(Component):
     def __init__(self, loop: EventLoop, cfg: Config, datasets: list[DatasetBuffers], weights: list[SharedWeights],
-                 spec: SamplerSpec, control: ControlBlock | None):
+                 spec: SamplerSpec, control: ControlBlock | None, ranks: RemoteRanks | None = None):
         super().__init__(loop, "shard_ingest", control)
         self.cfg, self.datasets, self.weights, self.spec = cfg, datasets, weights, spec
+        self.ranks = ranks  # the learner group's ranks on the cluster
+        self.rank_nodes: dict[int, str] = {}
         self.ports = [PolicyPort(loop, self, p) for p in range(len(datasets))]
         self.samplers: list[SamplerState] = []
         self.arrived: deque[tuple[SamplerState, Any, Future]] = deque()  # answers queued by Ray's threads
@@ -96,6 +102,8 @@ class ShardIngest(Component):
     def on_start(self) -> None:
         self.beat("joining the Ray cluster")
         placement.connect(self.cfg)
+        if self.ranks is not None:  # first: rank 0 (the learner) waits for them to join
+            self.ranks.start()
         count = placement.sampler_count(self.cfg)
         self._share_services(count)
         self.group = placement.place(self.cfg, count)
@@ -215,6 +223,8 @@ class ShardIngest(Component):
                     del s.asked[ref]
         self._publish_weights()
         self._ask_all()
+        if self.ranks is not None:
+            self._watch_ranks()
         silent = now - self.last_shard_at
         if silent > self.cfg.heartbeat_timeout:
             raise RuntimeError(f"no sampler delivered a shard for {silent:.0f}s (--heartbeat_timeout="
@@ -241,6 +251,21 @@ class ShardIngest(Component):
                 s.weights_sent[p] = version
 
     # ---------------------------------------------------------------- faults
+    def _watch_ranks(self) -> None:
+        """Where each learner rank runs, once Ray says; a rank Ray lost stops the run, named (rank 0's next
+        collective fails too, with less to say)."""
+        assert self.ranks is not None
+        while self.ranks.placed_on:
+            rank, node = self.ranks.placed_on.popleft()
+            self.rank_nodes[rank] = node
+            log.info("learner rank %d runs on node %s", rank, node[:8])
+            REPORT.emit(self, LearnerRankReport(rank, node))
+        while self.ranks.failed:
+            rank, detail = self.ranks.failed.popleft()
+            name, details = failure_message(rank, self.rank_nodes.get(rank, ""), detail)
+            log.error("%s: %s", name, details)
+            COMPONENT_ERROR.emit(self, name, details)
+
     def _replace(self, s: SamplerState, error: BaseException) -> None:
         detail = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
         log.warning("sampler %d (start %d, node %s) lost: %s", s.index, s.incarnation, s.node[:8], detail)
@@ -265,6 +290,8 @@ class ShardIngest(Component):
 
         self.beat("stopping the samplers")
         self.stopped = True
+        if self.ranks is not None:
+            self.ranks.stop()
         if self.samplers:
             placement.stop_samplers([s.handle for s in self.samplers], STOP_TIMEOUT_SEC)
         if ray.is_initialized():

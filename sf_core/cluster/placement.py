@@ -67,6 +67,23 @@ def check_reachable(cfg: Config) -> None:
                            f"node of the cluster") from None
 
 
+def driver_address(cfg: Config) -> str:
+    """This machine's address as the cluster's nodes reach it: the one on its route to the head."""
+    from sf_core.learner_group import ADDRESS, address_towards
+
+    address = cfg.ray_address
+    if address == "local":  # every node is this machine
+        return ADDRESS
+    if address == "auto":  # Ray's own lookup (RAY_ADDRESS, or the cluster `ray start` recorded here)
+        from ray._private.services import canonicalize_bootstrap_address
+
+        address = canonicalize_bootstrap_address("auto") or ""
+    host = address.rpartition(":")[0]
+    if not host:
+        raise ConfigError(f"--ray_address={cfg.ray_address}: no Ray cluster found to run the learner group on")
+    return address_towards(host)
+
+
 def lost_errors() -> tuple[type[BaseException], ...]:
     """What a sampler's call raises when the sampler is gone (its process or node died, or it raised): its
     shards in flight are dropped and it is replaced."""
@@ -88,21 +105,32 @@ def sampler_count(cfg: Config) -> int:
 
 def place(cfg: Config, count: int):
     """A placement group with a bundle of --sampler_cpus per sampler, ready, or a clear error."""
+    strategy = "STRICT_SPREAD" if count <= len(alive_nodes()) else "SPREAD"
+    return place_bundles([{"CPU": cfg.sampler_cpus}] * count, strategy,
+                         f"{count} samplers of --sampler_cpus={cfg.sampler_cpus:g}")
+
+
+def place_bundles(bundles: list[dict[str, float]], strategy: str, what: str):
+    """A placement group of `bundles`, ready, or an error naming `what` could not be placed and what the
+    cluster has."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
     nodes = alive_nodes()
-    strategy = "STRICT_SPREAD" if count <= len(nodes) else "SPREAD"
-    group = placement_group([{"CPU": cfg.sampler_cpus}] * count, strategy=strategy)
+    group = placement_group(bundles, strategy=strategy)
     try:
         ray.get(group.ready(), timeout=PLACEMENT_TIMEOUT_SEC)
     except ray.exceptions.GetTimeoutError:
         remove_placement_group(group)
-        cpus = sum(node.get("Resources", {}).get("CPU", 0) for node in nodes)
-        raise RuntimeError(f"Ray could not place {count} samplers of --sampler_cpus={cfg.sampler_cpus:g} "
-                           f"({strategy}) within {PLACEMENT_TIMEOUT_SEC:.0f}s: the cluster has {len(nodes)} "
-                           f"nodes and {cpus:g} CPUs in all") from None
-    log.info("placed %d samplers on %d Ray nodes (%s)", count, len(nodes), strategy)
+        totals: dict[str, float] = {}
+        for node in nodes:
+            for name, amount in node.get("Resources", {}).items():
+                if name in bundles[0] or name in ("CPU", "GPU"):
+                    totals[name] = totals.get(name, 0) + amount
+        has = ", ".join(f"{amount:g} {name}" for name, amount in sorted(totals.items())) or "none of them"
+        raise RuntimeError(f"Ray could not place {what} ({strategy}) within {PLACEMENT_TIMEOUT_SEC:.0f}s: the "
+                           f"cluster has {len(nodes)} nodes and {has} in all") from None
+    log.info("placed %s on %d Ray nodes (%s)", what, len(nodes), strategy)
     return group
 
 
