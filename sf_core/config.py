@@ -248,8 +248,8 @@ class Config:
         0, "cluster", "Sampler actors (each runs the rollout and inference workers these flags describe on "
         "one node); 0: one per node of the cluster.")
     shards_in_flight: int = flag(
-        2, "cluster", "Shards (one learner dataset each) a sampler may have ready or under way before the learner "
-        "takes one: bounds policy lag across nodes.")
+        2, "cluster", "Shards (one learner dataset each) a sampler may have ready or under way beyond the one the "
+        "learner trains on: bounds policy lag across nodes.")
     sampler_cpus: float = flag(1.0, "cluster", "Ray CPUs each sampler reserves (its placement bundle).")
     max_sampler_restarts: int = flag(
         20, "cluster", "Samplers replaced after a crash or a lost node before training stops.")

@@ -61,7 +61,7 @@ class SamplerState:
     incarnation: int
     handle: Any  # the Ray actor handle (ray.actor.ActorHandle: typed by Ray at run time only)
     asked: dict = field(default_factory=dict)  # next_shard calls under way: ObjectRef -> when asked
-    held: int = 0  # shards taken, waiting for a dataset
+    held: int = 0  # shards taken, waiting for a dataset or in one the learner has not yet trained on
     node: str = "?"
     weights_calls: dict[int, Future] = field(default_factory=dict)  # per policy: the set_weights call under way
     weights_sent: list[int] = field(default_factory=list)  # per policy: the newest version sent
@@ -90,6 +90,7 @@ class ShardIngest(Component):
         self.arrived: deque[tuple[SamplerState, Any, Future]] = deque()  # answers queued by Ray's threads
         self.waiting: deque[tuple[SamplerState, Shard]] = deque()  # taken, for the next free dataset of its policy
         self.free = [deque(range(len(d))) for d in datasets]
+        self.filled_by: list[dict[int, SamplerState]] = [{} for _ in datasets]  # per policy: dataset -> whose shard
         self.group = None
         self.weights_refs: list[Any] = [None] * len(weights)
         self.weights_versions = [-1] * len(weights)
@@ -131,17 +132,32 @@ class ShardIngest(Component):
 
     # ---------------------------------------------------------------- asking and taking
     def _ask_all(self) -> None:
-        """The newest weights to every sampler that can take them, and shard calls up to the bound."""
+        """Shard calls up to the bound, and the newest weights to every sampler that can take them: inside a
+        shard call going out now, or else in a call of their own."""
         for s in list(self.samplers):
             try:
-                self._send_weights(s)
-                while len(s.asked) + s.held < self.cfg.shards_in_flight * len(self.datasets):
+                while len(s.asked) + s.held < self.shard_bound():
                     self._ask(s)
+                self._send_weights(s)
             except Exception as exc:  # noqa: BLE001 - Ray refusing a call to it: the sampler is as good as lost
                 self._replace(s, exc)
 
+    def shard_bound(self) -> int:
+        """Shards a sampler may have asked for or held: --shards_in_flight per policy, and the one its learner is
+        training on. A shard counts until trained on, so the call that replaces it goes out when the learner
+        is done with it, with the weights it just made."""
+        return (self.cfg.shards_in_flight + 1) * len(self.datasets)
+
     def _ask(self, s: SamplerState) -> None:
-        ref = s.handle.next_shard.remote(NEXT_SHARD_TIMEOUT_SEC)
+        """A next_shard call, carrying a policy's newest weights if the sampler lacks them: a Ray call costs the
+        node and the driver most of a millisecond of CPU each, the weights' own call as much as the shard's."""
+        due = [p for p, version in enumerate(self.weights_versions) if s.weights_sent[p] != version]
+        if due:
+            p = due[0]
+            ref = s.handle.next_shard.remote(NEXT_SHARD_TIMEOUT_SEC, self.weights_refs[p], self.weights_versions[p], p)
+            s.weights_sent[p] = self.weights_versions[p]
+        else:
+            ref = s.handle.next_shard.remote(NEXT_SHARD_TIMEOUT_SEC)
         s.asked[ref] = time.monotonic()
         ref.future().add_done_callback(lambda answer: self._on_answer(s, ref, answer))
 
@@ -187,8 +203,8 @@ class ShardIngest(Component):
             if not self.free[meta.policy]:
                 kept.append((s, shard))
                 continue
-            s.held -= 1
             index = self.free[meta.policy].popleft()
+            self.filled_by[meta.policy][index] = s
             copy_into(self.datasets[meta.policy][index], shard.arrays)
             for report in meta.reports:
                 tagged = replace(report, sampler=meta.sampler) if isinstance(report, RolloutReport) else report
@@ -203,6 +219,9 @@ class ShardIngest(Component):
         """Policy `policy`'s learner trained on its dataset `index` and published the weights it made (called
         by that policy's port)."""
         self.free[policy].append(index)
+        s = self.filled_by[policy].pop(index, None)
+        if s is not None:
+            s.held -= 1
         if self.stopped:
             return
         self._publish_weights()

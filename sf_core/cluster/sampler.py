@@ -157,8 +157,12 @@ class Sampler:
     def node_id(self) -> str:
         return self.node
 
-    def next_shard(self, timeout: float) -> Shard | None:
-        """The next shard, or None if none was ready within `timeout`; raises if the sampler failed."""
+    def next_shard(self, timeout: float, weights: dict[str, np.ndarray] | None = None, version: int = 0,
+                   policy: int = 0) -> Shard | None:
+        """The next shard, or None if none was ready within `timeout`; raises if the sampler failed. `weights`:
+        policy `policy`'s of `version`, taken first, as `set_weights` would (one call instead of two)."""
+        if weights is not None:
+            self.set_weights(weights, version, policy)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.host.error is not None:
