@@ -156,7 +156,7 @@ def test_two_policies_and_pbt_on_two_nodes(tmp_path):
 def test_env_services_on_two_nodes_give_each_slot_to_one_worker(tmp_path):
     """Two env servers of 4 slots each and two samplers of 2 rollout workers each: the 8 slots are divided
     among all 4 workers, 2 each, not given to both nodes' worker 0 and 1 alike (two workers stepping one
-    slot would interleave their episodes). Slots too few for every node's workers stop the run at once."""
+    slot would interleave their episodes)."""
     result, summary = on_two_nodes(tmp_path, "--env=CartPole-v1", "--env_service={services}", "--num_workers=2",
                                    "--train_for_seconds=120", "--seed=4", stop_after_frames=10_000, env_servers=2)
     assert result["stopped_at_frames"] is not None, result["output"][-3000:]
@@ -166,12 +166,21 @@ def test_env_services_on_two_nodes_give_each_slot_to_one_worker(tmp_path):
     slots = [slot for share in shares for slot in share]
     assert len(shares) == 4 and len(slots) == 8 == len(set(slots)), result["slot_lines"]
     assert "env slots: 8 busy" in result["output"], result["output"][-3000:]  # all 4 workers' slots counted
-    # 5 workers a node: enough slots for one node's, not for both nodes'
-    result, summary = on_two_nodes(tmp_path / "too_many", "--env=CartPole-v1", "--env_service={services}",
-                                   "--num_workers=5", "--train_for_seconds=60", env_servers=2)
-    assert result["exit_code"] == 1, result["output"][-3000:]
-    assert "8 slots for 2 samplers × --num_workers=5" in summary["error"], summary["error"]
-    assert "use --num_workers=4 or fewer" in summary["error"], summary["error"]
+
+
+def test_env_service_slots_too_few_for_every_nodes_workers_are_refused_with_the_arithmetic():
+    """What the ingest checks before it starts any sampler: 5 workers a node have enough slots on one node,
+    not on two."""
+    from sf_core.arguments import parse_args
+    from sf_core.cluster.sampler import with_service_share
+    from sf_core.service.endpoints import ServiceConfigError
+
+    cfg, _ = parse_args(["--env=CartPole-v1", "--env_service=127.0.0.1:5555*4,127.0.0.1:5556*4", "--num_workers=5"])
+    assert with_service_share(cfg, 1).num_envs_per_worker == 1
+    with pytest.raises(ServiceConfigError) as refused:
+        with_service_share(cfg, 2)
+    assert "8 slots for 2 samplers × --num_workers=5" in str(refused.value)
+    assert "use --num_workers=4 or fewer" in str(refused.value)
 
 
 @needs_namespace

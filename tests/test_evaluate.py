@@ -400,6 +400,8 @@ def test_bad_pools_runners_and_needs_are_refused_before_anything_starts(tmp_path
     (tmp_path / "twice.yaml").write_text("pools:\n  sim: [127.0.0.1:5999*2]\n  reward: [127.0.0.1:5999*1]\n")
     assert "127.0.0.1:5999 is listed in pool 'sim' and in pool 'reward'" in refused([both], str(tmp_path / "twice.yaml"))
     assert "--local_pools names the in-process envs" in refused([both], str(pools), "--local_pools=sim=CartPole-v1")
+    assert "skip mode is for training; the evaluator runs the same tasks on in-process envs" in refused(
+        [{"id": "a", "env": "CartPole-v1"}], "skip:CartPole-v1")
 
 
 def test_broker_leases_all_or_none_in_fifo_order_and_times_out_a_pool_without_healthy_slots():

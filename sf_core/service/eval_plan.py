@@ -29,6 +29,7 @@ from sf_core.service.env_pool import EnvPool
 from sf_core.service.eval_tasks import EvalError, check_tasks
 from sf_core.service.eval_worker import WorkerSpec
 from sf_core.service.remote_env import close_context
+from sf_core.service.skip import is_skip
 from sf_core.service.task_runners import runners_snapshot
 
 
@@ -57,6 +58,9 @@ def make_plan(args: argparse.Namespace, tasks: list[dict]) -> Plan:
     runners = runners_snapshot()
     needed = list(dict.fromkeys(p for t in tasks for p in t["needs"]))
     local_envs, pools = None, {}
+    if is_skip(args.env_service):  # a training feature: each rollout worker serves its own envs
+        raise EvalError(f"--env_service={args.env_service}: skip mode is for training; the evaluator runs the same "
+                        f"tasks on in-process envs without --env_service (--local_pools=POOL=ENV,... names them)")
     if args.env_service:
         if args.local_pools:
             raise EvalError("--local_pools names the in-process envs of a run without --env_service; "
