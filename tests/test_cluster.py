@@ -208,8 +208,8 @@ def test_a_lost_learner_rank_stops_the_run_naming_it_and_the_learner_saves(tmp_p
     assert result["rank_killed_pids"], result["output"][-3000:]
     assert result["exit_code"] == 1 and not result.get("timed_out"), result["output"][-3000:]
     node = result["other_nodes"][0][:8]
-    assert summary["error"].startswith(f"training stopped: learner_rank_1 failed: the Ray actor of learner rank 1 "
-                                       f"(node {node}) is gone"), summary["error"]
+    assert summary["error"].startswith(f"training stopped: learner_rank_1 failed: learner rank 1 (a Ray actor on "
+                                       f"node {node}): its actor is gone"), summary["error"]
     assert summary["last_checkpoint"] and summary["frames"] >= result["rank_killed_at_frames"], summary
 
 

@@ -150,7 +150,7 @@ class ShardIngest(Component):
 
     def _ask(self, s: SamplerState) -> None:
         """A next_shard call, carrying a policy's newest weights if the sampler lacks them: a Ray call costs the
-        node and the driver most of a millisecond of CPU each, the weights' own call as much as the shard's."""
+        node and the driver over a millisecond of CPU each (docs/distributed.md), whatever it carries."""
         due = [p for p, version in enumerate(self.weights_versions) if s.weights_sent[p] != version]
         if due:
             p = due[0]

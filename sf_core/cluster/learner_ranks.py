@@ -14,7 +14,6 @@ last checkpoint (--restart_behavior=resume), as after any failure. Every Ray cal
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,10 +24,8 @@ from sf_core.cluster import placement
 from sf_core.cluster.flags import parse_resources
 from sf_core.config import Config
 from sf_core.learner import Trainer
-from sf_core.learner_group import GroupSpec, rank_name, train_as_follower
+from sf_core.learner_group import GroupError, GroupSpec, rank_name, train_as_follower
 from sf_core.logs import setup_logging
-
-log = logging.getLogger("sf_core")
 
 STOP_WAIT_SEC = 3.0  # for the ranks to leave the group on rank 0's stop, before their actors are ended
 
@@ -102,11 +99,18 @@ class RemoteRanks:
             self.placed_on.append((rank, node.result()))
 
     def _ended(self, rank: int, done: Any) -> None:
-        """On a thread of Ray's: a rank's run() returned (rank 0 said stop) or raised (it, or its node, died)."""
+        """On a thread of Ray's: a rank's run() returned (rank 0 said stop), raised, or its actor (or node) died.
+        A rank whose collective failed only echoes the loss of another (rank 0's is named by the runner)."""
+        import ray
+
         error = done.exception()
-        if error is not None:  # Ray's own account runs to a paragraph of possible causes: its first sentence
-            lines = str(error).strip().splitlines()
-            self.failed.append((rank, lines[-1].split(". ")[0] if lines else type(error).__name__))
+        if error is None or (isinstance(error, ray.exceptions.RayTaskError) and GroupError.MARK in str(error)):
+            return
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        if isinstance(error, ray.exceptions.RayActorError):  # Ray's account runs on: its first sentence
+            self.failed.append((rank, f"its actor is gone: {lines[-1].split('. ')[0]}"))
+        else:
+            self.failed.append((rank, lines[-1]))
 
     def stop(self) -> None:
         """Give the ranks a moment to leave the group on rank 0's stop, then end their actors. Never raises."""
@@ -124,5 +128,5 @@ class RemoteRanks:
 
 
 def failure_message(rank: int, node: str, detail: str) -> tuple[str, str]:
-    """The component name and the details the runner stops with when Ray lost rank `rank`."""
-    return rank_name(rank), f"the Ray actor of learner rank {rank} (node {node[:8] or '?'}) is gone: {detail}"
+    """The component name and the details the runner stops with when rank `rank` failed."""
+    return rank_name(rank), f"learner rank {rank} (a Ray actor on node {node[:8] or '?'}): {detail}"

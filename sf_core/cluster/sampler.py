@@ -179,10 +179,11 @@ class Sampler:
 
     def set_weights(self, weights: dict[str, np.ndarray], version: int, policy: int = 0) -> int:
         """Policy `policy`'s learner's weights of `version`, into the node's shared weights (inference reads
-        them there)."""
+        them there). Two calls may carry weights at once (a next_shard call and a set_weights call): the
+        version is compared under the lock, so an older one never overwrites a newer one."""
         shared = self.weights[policy]
-        if version > shared.current_version():
-            with shared.lock:
+        with shared.lock:
+            if version > shared.current_version():
                 for name, tensor in shared.tensors.items():
                     np.copyto(tensor.numpy(), weights[name])
                 shared.version[0] = version
