@@ -22,6 +22,7 @@ import torch
 
 from sf_core.cluster import placement
 from sf_core.cluster.flags import parse_resources
+from sf_core.cluster.sampler import take_niceness
 from sf_core.config import Config
 from sf_core.learner import Trainer
 from sf_core.learner_group import GroupError, GroupSpec, rank_name, train_as_follower
@@ -35,8 +36,6 @@ class LearnerRank:
 
     def __init__(self, rank: int, spec: GroupSpec, trainer: Trainer, niceness: int, torch_threads: int):
         import ray
-
-        from sf_core.cluster.sampler import take_niceness
 
         setup_logging()
         take_niceness(niceness)  # Ray's nice 15 would lose every contest for a core to a sampler beside it
@@ -114,17 +113,7 @@ class RemoteRanks:
 
     def stop(self) -> None:
         """Give the ranks a moment to leave the group on rank 0's stop, then end their actors. Never raises."""
-        import ray
-
-        try:
-            ray.wait(self.runs, num_returns=len(self.runs), timeout=STOP_WAIT_SEC)
-        except Exception:  # noqa: BLE001 - the cluster may be going away; the actors are killed below anyway
-            pass
-        for handle in self.handles:
-            try:
-                ray.kill(handle, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+        placement.end_actors(self.handles, self.runs, STOP_WAIT_SEC)
 
 
 def failure_message(rank: int, node: str, detail: str) -> tuple[str, str]:

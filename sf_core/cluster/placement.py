@@ -177,6 +177,13 @@ def stop_samplers(handles: list, timeout: float) -> None:
             calls.append(handle.stop.remote())
         except Exception:  # noqa: BLE001 - Ray no longer knows the actor
             pass
+    end_actors(handles, calls, timeout)
+
+
+def end_actors(handles: list, calls: list, timeout: float) -> None:
+    """Wait up to `timeout` for `calls` (their last work) to finish, then kill the actors. Never raises."""
+    import ray
+
     try:
         if calls:
             ray.wait(calls, num_returns=len(calls), timeout=timeout)
