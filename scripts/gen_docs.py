@@ -39,7 +39,7 @@ ARCHITECTURE = os.path.join(REPO, "docs", "architecture.md")
 # Defaults computed from the machine when config.py is imported: documented by their rule, so the
 # file is the same on every machine. Each entry: (text shown, the value the rule gives here).
 MACHINE_DEPENDENT = {
-    "num_workers": ("number of CPUs (`os.cpu_count()`)", lambda: max(1, os.cpu_count() or 1)),
+    "num_workers": ("one per usable core (fitted, sf_core/machine_fit.py)", lambda: max(1, os.cpu_count() or 1)),
 }
 
 HEADER = """\
@@ -100,7 +100,7 @@ def _type_name(field: dataclasses.Field) -> str:
 
 
 def flags_tables() -> str:
-    fields = dataclasses.fields(Config)
+    fields = [f for f in dataclasses.fields(Config) if f.metadata.get("cli", True)]
     unknown = sorted({f.metadata["group"] for f in fields} - set(GROUPS))
     if unknown:
         raise RuntimeError(f"flags in groups missing from sf_core.config.GROUPS: {unknown}")

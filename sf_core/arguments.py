@@ -63,6 +63,8 @@ def build_parser(prog: str = "python -m sf_core.train", description: str = "") -
     groups = {name: parser.add_argument_group(name) for name in GROUPS}
     for f in dataclasses.fields(Config):
         meta = f.metadata
+        if not meta.get("cli", True):
+            continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         if f.type in ("bool", bool):
             add_bool_argument(groups[meta["group"]], f.name, default, meta["help"])
@@ -89,16 +91,19 @@ def explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[
 
 def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> tuple[Config, str | None]:
     """Parse and validate; returns the config and the name of the preset applied (if any)."""
+    from sf_core.machine_fit import fit, this_machine
     from sf_core.presets import preset_for
 
     parser = parser or build_parser()
     args = parser.parse_args(list(argv))
     typed = explicit_flags(parser, argv)
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(Config)}
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(Config) if f.metadata.get("cli", True)}
     preset_name, preset = preset_for(values["env"])
     for key, value in preset.items():
         if key not in typed:
             values[key] = value
+    chosen = typed | set(preset) | ({"num_envs_per_worker"} if values["env_service"] else set())
+    values["machine_fit"] = fit(values, chosen, this_machine(values["device"]))
     if values["env_service"]:
         from sf_core.service.endpoints import ServiceConfigError, apply_to_training
 

@@ -76,12 +76,12 @@ class Config:
         "for this many seconds; until then they wait while the other workers train.")
 
     # --- rollout
-    num_workers: int = flag(max(1, os.cpu_count() or 1), "rollout", "Rollout worker processes.")
-    num_envs_per_worker: int = flag(8, "rollout", "Envs each rollout worker steps.")
+    num_workers: int = flag(max(1, os.cpu_count() or 1), "rollout", "Rollout worker processes (on a cluster, per node). Untyped: one per usable core (sf_core/machine_fit.py).")
+    num_envs_per_worker: int = flag(8, "rollout", "Envs each rollout worker steps. Untyped and not set by a preset: 8, or 16 with a GPU.")
     worker_num_splits: int = flag(
         2, "rollout", "Groups a worker's envs are split into; one group steps while another waits for actions."
     )
-    policy_workers_per_policy: int = flag(1, "rollout", "Inference workers (batched policy forward passes).")
+    policy_workers_per_policy: int = flag(1, "rollout", "Inference workers (batched policy forward passes). Untyped: one per 8 rollout workers, at most 4.")
     rollout: int = flag(32, "rollout", "Trajectory length in env steps, the unit the learner trains on.")
     batched_sampling: bool = flag(
         True, "rollout", "True: step each split's single-agent envs as one batch (the fast path). False: step "
@@ -235,8 +235,9 @@ class Config:
     mp_start_method: str = flag(
         "auto", "system", "multiprocessing start method for component processes. auto: fork on Linux with a "
         "CPU device (first frame in well under a second), spawn otherwise (CUDA cannot be forked).",
-        choices=("auto", "spawn", "forkserver", "fork"),
-    )
+        choices=("auto", "spawn", "forkserver", "fork"))
+    # not a flag: the flags parse_args fitted to the machine, as neither typed nor preset (sf_core/machine_fit.py)
+    machine_fit: list[str] = field(default_factory=list, metadata={"group": "system", "cli": False})
     heartbeat_timeout: float = flag(60.0, "system", "Seconds a component may go without a heartbeat before the run stops, naming it.")
     sampling_only: bool = flag(False, "system", "Benchmarking: sample with inference but skip SGD (no learning).")
 

@@ -43,12 +43,11 @@ _PENDULUM: dict[str, Any] = {
     "train_for_env_steps": 500_000,
 }
 
-# Atari (envs/atari.py), sized for a 2-core CPU. PPO-Atari values (Schulman et al. 2017; CleanRL,
+# Atari (envs/atari.py), learning values sized for a 2-core CPU; --num_workers fits the machine. PPO-Atari values (Schulman et al. 2017; CleanRL,
 # Sample Factory's atari_params: lr 2.5e-4, clip 0.1, entropy 0.01, grad norm 0.5, adam eps 1e-5, ReLU
 # Nature CNN) with fewer epochs: on CPU the conv learner, not the emulator, limits throughput.
 _ATARI: dict[str, Any] = {
     "env_frameskip": 4,
-    "num_workers": 2,
     "num_envs_per_worker": 8,
     "worker_num_splits": 2,
     "rollout": 64,
@@ -75,7 +74,7 @@ _ATARI: dict[str, Any] = {
 # and Sample Factory's mujoco_params (tanh MLP, rollout 64, synchronous: policy lag 0 with many
 # epochs), with RL-Zoo's per-env lr/epochs replaced by one set for APPO's larger batches.
 _MUJOCO: dict[str, Any] = {
-    "num_workers": 2,
+    "num_workers": 2,  # pinned: with 8 envs each and rollout 64, two workers fill one 2048-sample dataset (lag 0)
     "num_envs_per_worker": 8,
     "worker_num_splits": 2,
     "rollout": 64,

@@ -38,5 +38,5 @@ def test_architecture_tables_match_signals_and_sample_schema():
 
 def test_every_flag_is_documented():
     text = read_flags_md()
-    missing = [f.name for f in dataclasses.fields(Config) if f"`--{f.name}`" not in text]
+    missing = [f.name for f in dataclasses.fields(Config) if f.metadata.get("cli", True) and f"`--{f.name}`" not in text]
     assert not missing, f"flags missing from docs/flags.md: {missing}"

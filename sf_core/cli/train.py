@@ -13,6 +13,7 @@ from sf_core import logs
 from sf_core.component import quiet_signal_slot_logs
 from sf_core.config import ConfigError
 from sf_core.arguments import build_parser, parse_args
+from sf_core.machine_fit import describe, this_machine
 
 log = logging.getLogger("sf_core")
 
@@ -42,6 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     if preset:
         log.info("applied preset for %s (flags you pass override it)", preset)
+    if cfg.machine_fit:
+        where = "this machine" if not cfg.ray_address else "this machine; each cluster sampler refits its node"
+        log.info("%s", describe(cfg, this_machine(cfg.device), where))
 
     from sf_core.runner import Runner
 

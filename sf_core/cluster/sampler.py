@@ -29,6 +29,7 @@ from sf_core.cluster.shards import Shard, ShardMeta
 from sf_core.component import Component, guarded
 from sf_core.config import Config
 from sf_core.logs import setup_logging
+from sf_core.machine_fit import refit_on_node
 from sf_core.signals import SHARD_TAKEN, STOP, Report
 from sf_core.wiring import Setup, Topology, build_components, check_user_code, initial_model
 from signal_slot.signal_slot import EventLoop, Timer
@@ -124,7 +125,7 @@ class Sampler:
         setup_logging()  # the node's log lines reach the driver's console through Ray, prefixed with the actor
         self.spec, self.node = spec, ray.get_runtime_context().get_node_id()
         # no fork inside a Ray worker (it runs threads); a sampler never trains, writes no files
-        cfg = replace(with_service_share(spec.cfg, spec.count), ray_address="", num_learners=1,
+        cfg = replace(with_service_share(refit_on_node(spec.cfg), spec.count), ray_address="", num_learners=1,
                       mp_start_method="spawn" if spec.cfg.mp_start_method in ("auto", "fork") else
                       spec.cfg.mp_start_method)
         self.outbox: queue.Queue = queue.Queue(maxsize=cfg.shards_in_flight * cfg.num_policies)

@@ -13,7 +13,7 @@ from sf_core.config import Config, default
 
 LIBRARY = "sf_core"
 # differ per machine or launch, and do not change what is learned
-UNREPRODUCED = ("experiment", "train_dir", "num_workers", "device", "torch_threads", "mp_start_method", "with_wandb",
+UNREPRODUCED = ("machine_fit", "experiment", "train_dir", "num_workers", "device", "torch_threads", "mp_start_method", "with_wandb",
                 "wandb_project", "wandb_user", "wandb_group", "wandb_tags", "wandb_job_type", "wandb_unique_id")
 
 
@@ -23,7 +23,7 @@ def train_command(cfg: Config) -> str:
     parts = ["python", "-m", "sf_core.train"]
     for f in dataclasses.fields(Config):
         value = getattr(cfg, f.name)
-        if f.name in UNREPRODUCED or value == default(f.name):
+        if f.name in UNREPRODUCED or f.name in cfg.machine_fit or value == default(f.name):
             continue
         if isinstance(value, list):
             parts.append(f"--{f.name}" + "".join(f" {shlex.quote(str(v))}" for v in value))
