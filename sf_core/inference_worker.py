@@ -25,6 +25,7 @@ from sf_core.buffers import BufferLayout, SharedWeights, TrajectoryBuffers
 from sf_core.component import Component, guarded
 from sf_core.config import Config
 from sf_core.control import ControlBlock
+from sf_core.device_io import DeviceIO
 from sf_core.sample import RowOrigin, check_request
 from sf_core.signals import ADVANCE, FLUSH_REQUESTS, REPORT, InferenceReport
 from signal_slot.signal_slot import EventLoop, Timer
@@ -111,6 +112,7 @@ class InferenceWorker(Component):
         self.version = self.weights.load_into(self.model)
         self.views = {key: t.numpy() for key, t in self.buffers.fields.items()}
         self.views["rnn_latest"] = self.buffers.rnn_latest.numpy()
+        self.io = DeviceIO(self.device)
         self.timer = Timer(self.event_loop, REPORT_INTERVAL_SEC, object_id=f"{self.name}_report_timer")
         self.timer.timeout.connect(self.send_report)
 
@@ -149,19 +151,23 @@ class InferenceWorker(Component):
     def _act(self, rows: "Rows") -> None:
         """Sample actions for these rows and store them with their log-probs, values and the policy version."""
         views = self.views
-        obs = torch.from_numpy(views["obs"][rows.at])
-        obs = obs.reshape((-1,) + obs.shape[len(rows.lead):]).to(self.device)
+        obs = self.io.gather("obs", views["obs"], rows.at, views["obs"].shape[3:])
+        state: dict[str, torch.Tensor] = {}
         if self.policy.recurrent:
-            params, values = self._recurrent_step(obs, rows)
+            params, values, state["rnn"], at_split = self._recurrent_step(obs, rows)
         else:
             with self.precision():
                 params, values = self.policy(obs)
         params, values = params.float(), values.float()
         dist = self.policy.distribution(params)
         actions = dist.sample()
-        views["actions"][rows.at] = actions.cpu().numpy().reshape(rows.lead + tuple(actions.shape[1:]))
-        views["log_prob"][rows.at] = dist.log_prob(actions).cpu().numpy().reshape(rows.lead)
-        views["behaviour_values"][rows.at] = self.policy.denormalize_value(values).cpu().numpy().reshape(rows.lead)
+        out = self.io.to_host({"actions": actions, "log_prob": dist.log_prob(actions),
+                               "values": self.policy.denormalize_value(values), **state})
+        if state:
+            views["rnn_latest"][at_split] = out["rnn"].reshape(rows.lead + (-1,))
+        views["actions"][rows.at] = out["actions"].reshape(rows.lead + tuple(actions.shape[1:]))
+        views["log_prob"][rows.at] = out["log_prob"].reshape(rows.lead)
+        views["behaviour_values"][rows.at] = out["values"].reshape(rows.lead)
         views["policy_version"][rows.at] = self.version
 
     @property
@@ -176,7 +182,7 @@ class InferenceWorker(Component):
     def _recurrent_step(self, obs: torch.Tensor, rows: "Rows"):
         """Forward with each row's state: zero after a reset, the recorded one for a carried row, else
         the env's latest, zeroed where an episode ended on the previous row. Records the state used (the
-        learner unrolls from it) and keeps the new one."""
+        learner unrolls from it) and returns the new one, which `_act` keeps as the env's latest, and where."""
         views = self.views
         at_previous, at_row0, at_split, stepped, carried = rows.recurrent()
         latest = views["rnn_latest"][at_split]  # after each env's previous observation
@@ -186,10 +192,9 @@ class InferenceWorker(Component):
             state_in = np.where(carried[..., None], views["rnn_states"][at_row0], state_in)
         views["rnn_states"][rows.at] = state_in
         with self.precision():
-            params, values, state_out = self.policy.step(obs, torch.from_numpy(state_in).reshape(
-                -1, state_in.shape[-1]).to(self.device))
-        views["rnn_latest"][at_split] = state_out.float().cpu().numpy().reshape(latest.shape)
-        return params, values
+            params, values, state_out = self.policy.step(obs, self.io.to_device(
+                "rnn", state_in.reshape(-1, state_in.shape[-1])))
+        return params, values, state_out.float(), at_split
 
     def _truncation_values(self, requests: list[Request]) -> None:
         """V(final observation) for envs cut by a time limit on the previous row of these requests (only
