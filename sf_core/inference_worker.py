@@ -27,7 +27,7 @@ from sf_core.config import Config
 from sf_core.control import ControlBlock
 from sf_core.device_io import DeviceIO
 from sf_core.sample import RowOrigin, check_request
-from sf_core.signals import ADVANCE, FLUSH_REQUESTS, REPORT, InferenceReport
+from sf_core.signals import ADVANCE, FLUSH_REQUESTS, REPORT, InferenceReport, inference_worker_name
 from signal_slot.signal_slot import EventLoop, Timer
 
 Request = tuple[int, int, int, int, int, bool]  # policy_request's payload (sf_core/signals.py)
@@ -81,10 +81,6 @@ class Rows:
 
 
 REPORT_INTERVAL_SEC = 1.0
-
-
-def inference_worker_name(policy: int, index: int, num_policies: int) -> str:
-    return f"inference_worker_{index}" if num_policies == 1 else f"inference_worker_p{policy}_{index}"
 
 
 class InferenceWorker(Component):
@@ -220,6 +216,7 @@ class InferenceWorker(Component):
 
     @guarded
     def send_report(self) -> None:
+        self.report.version = self.version
         REPORT.emit(self, self.report)
         self.report = InferenceReport(self.index, self.policy_index, 0, 0, 0.0)
 

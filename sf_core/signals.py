@@ -99,6 +99,11 @@ class RolloutReport:
     sampler: int = 0  # --ray_address: the sampler the worker runs in (every node has a worker 0)
 
 
+def inference_worker_name(policy: int, index: int, num_policies: int) -> str:
+    """An inference worker's component name (the address rollout workers' requests go to)."""
+    return f"inference_worker_{index}" if num_policies == 1 else f"inference_worker_p{policy}_{index}"
+
+
 @dataclass
 class InferenceReport:
     index: int
@@ -106,6 +111,7 @@ class InferenceReport:
     requests: int
     batches: int
     seconds: float
+    version: int = -1  # of the weights its latest forward pass acted with: shows each worker takes new ones
 
 
 @dataclass

@@ -9,7 +9,8 @@ from collections import deque
 import numpy as np
 
 from sf_core.cluster.cluster_stats import ClusterStats
-from sf_core.signals import InferenceReport, LearnerRankReport, LearnerReport, Report, RolloutReport, SamplerReport
+from sf_core.signals import (InferenceReport, LearnerRankReport, LearnerReport, Report, RolloutReport, SamplerReport,
+                             inference_worker_name)
 from sf_core.win_rates import WinRates
 
 log = logging.getLogger("sf_core")
@@ -61,6 +62,7 @@ class TrainingStats:
         self.learner: dict[str, float] = {}
         self.fps_history: deque[tuple[float, int]] = deque(maxlen=64)
         self.seconds = {"env_step": 0.0, "inference": 0.0, "learner": 0.0}
+        self.inference_versions: dict[str, int] = {}  # per inference worker, at its latest report
         self.inference_batches = 0
         self.inference_requests = 0
         self.first_frame_at: float | None = None
@@ -92,6 +94,8 @@ class TrainingStats:
             self.seconds["inference"] += report.seconds
             self.inference_batches += report.batches
             self.inference_requests += report.requests
+            self.inference_versions[inference_worker_name(report.policy, report.index, len(self.policies))] = \
+                report.version
         elif isinstance(report, LearnerReport):
             self.samples_trained += report.samples
             self.seconds["learner"] += report.train_seconds
@@ -219,7 +223,7 @@ class TrainingStats:
             "checkpoints_saved": self.checkpoints_saved,
             "slot_faults": self.slot_faults, "slot_readmissions": self.slot_readmissions,
             "interrupted_episodes": self.interrupted_episodes,
-            "final_learner_stats": dict(self.learner),
+            "final_learner_stats": dict(self.learner), "inference_versions": dict(self.inference_versions),
             "agent_mean_returns": self.agent_mean_returns(),
             **self.policy_summary(),
             **({"cluster": self.cluster.summary()} if self.cluster else {}),

@@ -36,7 +36,7 @@ from sf_core.cluster.shard_emitter import ShardEmitter, shard_emitter_name
 from sf_core.component import Component, ComponentProcess, Routing
 from sf_core.config import Config, ConfigError
 from sf_core.control import ControlBlock
-from sf_core.inference_worker import InferenceWorker, inference_worker_name
+from sf_core.inference_worker import InferenceWorker
 from sf_core.learner import Learner, learner_name
 from sf_core.rollout_worker import RolloutWorker
 from sf_core.sample import SampleSpaces
@@ -99,7 +99,7 @@ def component_names(cfg: Config, sampler: bool = False) -> list[str]:
     """Every component's name (a heartbeat each); a cluster node's sampler emits shards instead of learning."""
     n = cfg.num_policies
     learners = [(shard_emitter_name if sampler else learner_name)(p, n) for p in range(n)]
-    return ([inference_worker_name(p, i, n) for p in range(n) for i in range(cfg.policy_workers_per_policy)]
+    return ([sig.inference_worker_name(p, i, n) for p in range(n) for i in range(cfg.policy_workers_per_policy)]
             + [f"rollout_worker_{w}" for w in range(cfg.num_workers)]
             + learners + [batcher_name(p, n) for p in range(n)])
 
@@ -189,7 +189,7 @@ def _build_policy(setup: Setup, p: int, buffers: TrajectoryBuffers, layout: Buff
     inference = []
     share = share_policy_processes(cfg)
     for i in range(cfg.policy_workers_per_policy):
-        loop, proc = host(inference_worker_name(p, i, n), f"inference_worker_{i}" if share else None)
+        loop, proc = host(sig.inference_worker_name(p, i, n), f"inference_worker_{i}" if share else None)
         inference.append(InferenceWorker(loop, i, cfg, buffers, weights, layout, setup.obs_space, setup.action_space,
                                          spec, setup.device, seed, control, p))
         if proc and proc.reporter is None:

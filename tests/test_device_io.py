@@ -46,7 +46,9 @@ def test_outputs_come_back_as_numpy_of_their_dtype():
         assert host[name].dtype == t.numpy().dtype and np.array_equal(host[name], t.numpy())
 
 
-def _worker(use_rnn: bool, io: DeviceIO | None):
+def act_once(use_rnn: bool, io: DeviceIO | None = None, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """One flush of two requests (a whole split after a step, another after a reset) by an inference worker on
+    `device`, with its own DeviceIO or `io`; returns every field it writes."""
     from algo.model import ActorCritic, ModelSpec
     from sf_core.buffers import BufferLayout, NoLock, SharedWeights, TrajectoryBuffers
     from sf_core.inference_worker import InferenceWorker
@@ -62,30 +64,27 @@ def _worker(use_rnn: bool, io: DeviceIO | None):
     buffers = TrajectoryBuffers(layout, SampleSpaces(obs, actions, model.rnn_state_size))
     buffers["obs"].copy_(torch.randn(buffers["obs"].shape))
     buffers.rnn_latest.copy_(torch.randn(buffers.rnn_latest.shape))
-    worker = InferenceWorker(EventLoop(f"io_loop_{use_rnn}_{io is None}", serial_mode=True), 0, cfg, buffers,
-                             SharedWeights(model, NoLock()), layout, obs, actions, spec, "cpu", seed=0)
+    before = buffers.rnn_latest.clone()
+    worker = InferenceWorker(EventLoop(f"io_loop_{use_rnn}_{io is None}_{device}", serial_mode=True), 0, cfg,
+                             buffers, SharedWeights(model, NoLock()), layout, obs, actions, spec, device, seed=0)
     worker.on_start()
     if io is not None:
         worker.io = io
-    return worker, buffers
+    torch.manual_seed(5)  # the same action samples
+    worker.policy_request(0, 1, 1, 2, int(RowOrigin.AFTER_STEP), False)
+    worker.policy_request(0, 0, 0, 0, int(RowOrigin.AFTER_RESET), False)
+    worker.flush_requests()
+    if use_rnn:  # both splits acted: a recurrent policy's new state is each env's latest
+        assert not torch.equal(buffers.rnn_latest[:2], before[:2])
+    written = {key: buffers[key].clone() for key in ("actions", "log_prob", "behaviour_values", "policy_version",
+                                                     "rnn_states")}
+    return written | {"rnn_latest": buffers.rnn_latest.clone()}
 
 
 @pytest.mark.parametrize("use_rnn", [False, True], ids=["feed_forward", "gru"])
 def test_an_inference_worker_writes_the_same_rows_through_staging(use_rnn):
-    written = []
-    for io in (None, DeviceIO("cpu", staged=True, pin=False)):
-        worker, buffers = _worker(use_rnn, io)
-        before = buffers.rnn_latest.clone()
-        torch.manual_seed(5)  # the same action samples
-        worker.policy_request(0, 1, 1, 2, int(RowOrigin.AFTER_STEP), False)
-        worker.policy_request(0, 0, 0, 0, int(RowOrigin.AFTER_RESET), False)
-        worker.flush_requests()
-        written.append({key: buffers[key].clone() for key in ("actions", "log_prob", "behaviour_values",
-                                                              "policy_version", "rnn_states")}
-                       | {"rnn_latest": buffers.rnn_latest.clone()})
-        if use_rnn:  # both splits acted: a recurrent policy's new state is each env's latest
-            assert not torch.equal(buffers.rnn_latest[:2], before[:2])
-    direct, staged = written
+    direct = act_once(use_rnn)
+    staged = act_once(use_rnn, DeviceIO("cpu", staged=True, pin=False))
     assert direct["log_prob"].abs().sum() > 0  # the rows were acted on
     for key in direct:
         torch.testing.assert_close(staged[key], direct[key], rtol=0, atol=0, msg=key)

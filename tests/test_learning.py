@@ -53,7 +53,12 @@ def test_cartpole_solved_serial_then_enjoy_with_video(tmp_path):
 
 @pytest.mark.timeout(180)
 def test_cartpole_solved_async(tmp_path):
-    solve_cartpole(tmp_path, "--num_workers=2", "--seed=2")
+    summary = solve_cartpole(tmp_path, "--num_workers=2", "--policy_workers_per_policy=2", "--seed=2")
+    # the learner's weights kept reaching both inference workers: at its last report (each second) each acted
+    # with a version past half the final one
+    versions = summary["inference_versions"]
+    assert sorted(versions) == ["inference_worker_0", "inference_worker_1"], versions
+    assert all(v > summary["policy_version"] // 2 > 0 for v in versions.values()), (versions, summary["policy_version"])
 
 
 @pytest.mark.timeout(180)

@@ -1,0 +1,145 @@
+"""The CUDA path, where a GPU is: `python -m pytest -m gpu tests` (the README's test command runs them too).
+
+Without CUDA every test here is skipped with that reason; CI's machines have none. Each training runs as its
+own process (`python -m sf_core.train`), so this interpreter never holds a CUDA context that a later test's
+forked workers would inherit, and what a run leaves on the GPU is attributable to its processes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+
+import numpy as np
+import psutil
+import pytest
+import torch
+
+from tests import launch
+from tests.helpers import read_summary
+from tests.test_recurrent import MEMORY
+
+pytestmark = [
+    pytest.mark.gpu, pytest.mark.slow,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (torch.cuda.is_available() "
+                       "is False): the GPU tests run on a machine with one"),
+]
+
+SOLVED = 475.0
+CARTPOLE = ["--env=CartPole-v1", "--device=cuda", f"--target_mean_return={SOLVED}", "--train_for_seconds=150",
+            "--train_for_env_steps=10000000"]
+
+
+def train_on_gpu(tmp_path, *flags: str, timeout: float = 200) -> dict:
+    proc = launch.run([f"--train_dir={tmp_path}", "--experiment=exp", *flags], timeout=timeout)
+    summary = read_summary(tmp_path)
+    assert proc.returncode == 0, (summary.get("error"), proc.stderr[-3000:])
+    assert "CUDA is not available" not in proc.stderr  # it really ran on the GPU
+    return summary
+
+
+def assert_solved(summary: dict) -> None:
+    assert summary["time_to_target"] is not None, summary
+    assert summary["mean_return_at_target"] >= SOLVED
+
+
+@pytest.mark.timeout(240)
+def test_cartpole_solved_serial_on_the_gpu_then_played_on_a_cpu_only_machine(tmp_path):
+    assert_solved(train_on_gpu(tmp_path, *CARTPOLE, "--serial_mode=True", "--seed=1"))
+    with open(tmp_path / "exp" / "config.json") as f:
+        assert json.load(f)["device"] == "cuda"
+    # the checkpoint holds CUDA tensors; a process that cannot see a GPU must still load and play it
+    code = ("import os, sys; os.environ['CUDA_VISIBLE_DEVICES'] = ''; import sf_core.enjoy; "
+            "sys.exit(sf_core.enjoy.main(sys.argv[1:]))")
+    proc = launch.run([f"--train_dir={tmp_path}", "--experiment=exp", "--device=cpu", "--max_num_episodes=3",
+                       "--eval_deterministic=True"], timeout=120, code=code)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(tmp_path / "exp" / "eval_results.json") as f:
+        assert json.load(f)["mean_return"] >= SOLVED
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("flags", [(), ("--mixed_precision=True",)], ids=["float32", "bf16"])
+def test_cartpole_solved_async_with_two_inference_workers_sharing_the_gpu(tmp_path, flags):
+    summary = train_on_gpu(tmp_path, *CARTPOLE, "--num_workers=2", "--policy_workers_per_policy=2", "--seed=2",
+                           *flags)
+    assert_solved(summary)
+    versions = summary["inference_versions"]  # the learner's weights reached both, throughout
+    assert sorted(versions) == ["inference_worker_0", "inference_worker_1"], versions
+    assert all(v > summary["policy_version"] // 2 > 0 for v in versions.values()), versions
+
+
+@pytest.mark.timeout(240)
+def test_a_recurrent_policy_learns_its_memory_task_on_the_gpu(tmp_path):
+    summary = train_on_gpu(tmp_path, *MEMORY, "--num_workers=2", "--use_rnn=True", "--device=cuda")
+    assert summary["time_to_target"] is not None, summary
+    assert summary["mean_return_at_target"] >= 0.9, summary
+
+
+@pytest.mark.timeout(180)
+def test_a_short_atari_run_trains_on_the_gpu(tmp_path):
+    pytest.importorskip("ale_py", reason="Atari needs the atari extra")
+    summary = train_on_gpu(tmp_path, "--env=atari_breakout", "--device=cuda", "--num_workers=2",
+                           "--num_envs_per_worker=8", "--train_for_env_steps=40000", "--seed=1")
+    assert summary["frames"] >= 40000 and summary["policy_version"] >= 5, summary
+    assert np.isfinite(summary["final_learner_stats"]["loss"]), summary["final_learner_stats"]
+
+
+def gpu_pids() -> set[int]:
+    """Processes holding memory on any GPU, as the driver sees them."""
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True,
+                         text=True, timeout=30).stdout
+    return {int(line) for line in out.split() if line.strip().isdigit()}
+
+
+def start_and_wait_for_training(tmp_path) -> tuple[subprocess.Popen, list[psutil.Process]]:
+    proc = launch.start(["--env=CartPole-v1", "--device=cuda", "--num_workers=2", f"--train_dir={tmp_path}",
+                         "--experiment=exp", "--train_for_seconds=120"])
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if read_summary(tmp_path).get("policy_version", 0) >= 3:  # learning, so every process holds its GPU memory
+            return proc, psutil.Process(proc.pid).children(recursive=True)
+        time.sleep(0.5)
+    proc.kill()
+    raise AssertionError(f"no training within 60 s: {proc.communicate(timeout=10)[0][-3000:]}")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("stop", ["ctrl_c", "killed_worker"])
+def test_a_stopped_run_leaves_no_process_and_no_gpu_memory(tmp_path, stop):
+    if shutil.which("nvidia-smi") is None:
+        pytest.skip("nvidia-smi is not on the PATH: cannot ask the driver which processes hold GPU memory")
+    proc, children = start_and_wait_for_training(tmp_path)
+    ours = {proc.pid} | {c.pid for c in children}
+    try:
+        assert gpu_pids() & ours, "the run holds no GPU memory: did it run on the GPU?"
+        if stop == "ctrl_c":
+            proc.send_signal(signal.SIGINT)
+        else:
+            next(c for c in children if "resource_tracker" not in " ".join(c.cmdline())).kill()
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == (130 if stop == "ctrl_c" else 1), output[-3000:]
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"processes outlived the trainer: {alive}"
+    deadline = time.time() + 10  # the driver frees a dead process's memory shortly after it exits
+    while gpu_pids() & ours and time.time() < deadline:
+        time.sleep(0.5)
+    assert not gpu_pids() & ours, "GPU memory still held by the run's processes"
+    if stop == "ctrl_c":
+        assert read_summary(tmp_path)["last_checkpoint"], "Ctrl-C saves a checkpoint"
+
+
+@pytest.mark.parametrize("use_rnn", [False, True], ids=["feed_forward", "gru"])
+def test_inference_through_pinned_staging_on_the_gpu_writes_what_the_cpu_writes(use_rnn):
+    from tests.test_device_io import act_once
+
+    cpu, gpu = act_once(use_rnn), act_once(use_rnn, device="cuda")
+    assert gpu["log_prob"].abs().sum() > 0
+    for key in ("behaviour_values", "rnn_states", "rnn_latest", "policy_version"):  # actions: another RNG
+        torch.testing.assert_close(gpu[key], cpu[key], rtol=1e-4, atol=1e-5, msg=key)
