@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Run the GPU tests and the GPU benchmarks (docs/gpu.md) on a machine that cannot reach a package index:
+# wheels are downloaded on a machine that can, carried over, and installed without the network.
+#
+#   here:    bash scripts/gpu_machine.sh download     # .whl/ours (our runtime deps), .whl/sf (Sample Factory 2.1.1)
+#   there:   source scripts/gpu_machine.sh install    # our deps on PYTHONPATH; ./.sf_python runs Sample Factory
+#            python -m pytest -m gpu tests -q
+#            python scripts/benchmark.py --env=atari_pong ... --sf_python=./.sf_python
+#
+# The target machine's Python is 3.12 with torch, numpy 2, psutil, pytest, tensorboard and matplotlib already
+# installed (only what it lacks is carried). Sample Factory needs gymnasium 0.29 and numpy 1: they go into a
+# separate folder that only ./.sf_python puts on the path, so the two never meet.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+WHEELS=.whl  # ignored (.gitignore): the device tool carries it when asked
+PY=3.12
+
+download() {
+    local platforms=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
+                     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
+    local pip=(python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$PY"
+               --implementation cp "${platforms[@]}")
+    "${pip[@]}" -d "$WHEELS/ours" gymnasium==1.4.0 farama-notifications==0.0.6 signal-slot-mp==1.0.5 \
+        faster-fifo==1.5.2 ale-py==0.12.1
+    "${pip[@]}" -d "$WHEELS/sf" sample-factory==2.1.1 gymnasium==0.29.1 numpy==1.26.4 ale-py==0.9.0 \
+        tensorboardx==2.6.2.2 colorlog==6.9.0 signal-slot-mp==1.0.5 faster-fifo==1.5.2 \
+        farama-notifications==0.0.6
+    du -sh "$WHEELS"/*
+    echo "carry $WHEELS (the device tool's carry list), then: source scripts/gpu_machine.sh install"
+}
+
+install() {
+    local pip=(python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade)
+    "${pip[@]}" --target /tmp/ours_site "$WHEELS"/ours/*.whl
+    "${pip[@]}" --target /tmp/sf_site "$WHEELS"/sf/*.whl
+    # ale-py 0.9 (the oldest with a wheel for Python 3.12, ROMs included) registers its envs when imported;
+    # gymnasium 0.29 never imports it, so every interpreter of Sample Factory's does at start
+    echo 'import importlib.util; importlib.util.find_spec("ale_py") and __import__("ale_py")' > /tmp/sf_site/sitecustomize.py
+    printf '#!/bin/sh\nPYTHONPATH=/tmp/sf_site exec python3 "$@"\n' > .sf_python && chmod +x .sf_python
+    export PYTHONPATH=/tmp/ours_site${PYTHONPATH:+:$PYTHONPATH}
+    python3 -c "import torch, gymnasium, numpy; print('ours: torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'gymnasium', gymnasium.__version__, 'numpy', numpy.__version__)"
+    ./.sf_python -c "import importlib.metadata as m, sample_factory, gymnasium, numpy, cv2; print('sample factory', m.version('sample-factory'), 'gymnasium', gymnasium.__version__, 'numpy', numpy.__version__)"
+}
+
+case "${1:-}" in
+    download) download ;;
+    install) install ;;
+    *) echo "usage: bash scripts/gpu_machine.sh download | source scripts/gpu_machine.sh install" >&2; exit 2 ;;
+esac
