@@ -23,6 +23,11 @@ first frame) and closes at the first report --seconds later; FPS = (frames at cl
 cleanly and writes its final training_summary.json); --train_for_seconds is only a safety bound. Raw
 env phases count env steps in [min(warmup, 1 s), that + --seconds] in every process.
 
+Instead of the phases, --sweep runs the training phase once per point of a small grid over
+--num_workers, --num_envs_per_worker and --policy_workers_per_policy (the trainer's own configuration
+included) and prints the best flags for this machine and env (scripts/benchlib/sweep.py);
+--scaling=2,4,8,16 runs it at each --num_workers, with --plot=PATH.png a plot (scripts/benchlib/scaling.py).
+
 Peak memory is the largest sum of RSS (and of PSS, which counts shared pages once) over the phase's
 processes and all their descendants, sampled every 0.5 s.
 
@@ -55,8 +60,9 @@ for _path in (REPO, SCRIPTS):  # sf_core and benchlib, however this file is run 
 from benchlib.ours import run_ours  # noqa: E402
 from benchlib.proctree import Interrupted  # noqa: E402
 from benchlib.raw_env import run_raw_env  # noqa: E402
-from benchlib.report import LABELS, finish, median_round, new_results, usable_cores, write_json  # noqa: E402
+from benchlib.report import LABELS, finish, int_list, median_round, new_results, usable_cores, write_json  # noqa: E402
 from benchlib.sample_factory import run_sf  # noqa: E402
+from benchlib import scaling, sweep  # noqa: E402
 
 if TYPE_CHECKING:
     from sf_core.config import Config
@@ -106,6 +112,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--python", default=sys.executable, help="interpreter that runs sf_core.train")
     p.add_argument("--work_dir", help="where train dirs and logs go (default: a temp dir, removed at the end)")
     add_bool_argument(p, "verbose", False, "echo the trainers' output")
+    add_bool_argument(p, "sweep", False,
+                      "instead of the phases: the training phase at each point of a small grid over --num_workers "
+                      "(cores/2, cores, 2 x cores), --num_envs_per_worker (the trainer's, twice that) and "
+                      "--policy_workers_per_policy (1, 2 from 8 cores up), and the trainer's defaults; prints the "
+                      "best flags for this machine and env")
+    p.add_argument("--sweep_num_workers", help="--sweep's --num_workers values instead of the defaults, e.g. 2,4")
+    p.add_argument("--sweep_num_envs_per_worker", help="--sweep's --num_envs_per_worker values, e.g. 8,16 (each "
+                                                       "rounded up to a multiple of --worker_num_splits)")
+    p.add_argument("--sweep_policy_workers", help="--sweep's --policy_workers_per_policy values, e.g. 1,2")
+    p.add_argument("--scaling", help="instead of the phases: the training phase at each of these --num_workers, "
+                                     "e.g. 2,4,8,16, with frames/s per worker")
+    p.add_argument("--plot", help="with --scaling: write a PNG plot of frames/s against workers here")
     return p
 
 
@@ -141,6 +159,14 @@ class Benchmark:
         self.rounds: dict[str, list[dict]] = {}  # phase -> its result in each round so far (--rounds > 1)
         self.results = new_results(args, self.cfg, self.cfg_argv, self.extra, self.phases_wanted,
                                    self.raw_processes, self.raw_warmup)
+        self.sweep = sweep.plan(args, cfg, cfg_argv, extra, usable_cores()) if args.sweep else None
+        self.scaling = scaling.plan(args.scaling_workers, cfg_argv, extra) if args.scaling else None
+        if self.sweep:
+            self.results["settings"].update(phases=["sweep"], sweep_axes=self.sweep.axes)
+            for note in self.sweep.notes:
+                print(f"sweep: {note}", flush=True)
+        if self.scaling:
+            self.results["settings"].update(phases=["scaling"], scaling_workers=args.scaling_workers)
 
     def run_all(self) -> None:
         """Every phase asked for, --rounds times in turn (so the machine's drift falls on every phase alike);
@@ -151,6 +177,14 @@ class Benchmark:
             self.run_round()
 
     def run_round(self) -> None:
+        if self.sweep:
+            sweep.run_sweep(self, self.sweep)
+        elif self.scaling:
+            scaling.run_scaling(self, self.scaling)
+        else:
+            self.run_phases()
+
+    def run_phases(self) -> None:
         args, wanted = self.args, self.phases_wanted
         if "raw" in wanted:
             raw_desc = (f"{sys.executable} (in-process, multiprocessing spawn): step {args.env!r} with random "
@@ -225,10 +259,27 @@ def check_args(args: argparse.Namespace) -> None:
     args.sf_extra_flags = [flag for chunk in args.sf_extra for flag in shlex.split(chunk)]
     if args.baseline_repo and not os.path.exists(os.path.join(args.baseline_repo, "sf_core", "runner.py")):
         raise SystemExit(f"benchmark: --baseline_repo={args.baseline_repo} is not a checkout of sf_core")
+    check_modes(args)
+
+
+def check_modes(args: argparse.Namespace) -> None:
+    """--sweep and --scaling: one at a time, their lists well formed, no option of theirs without them."""
+    if args.sweep and args.scaling:
+        raise SystemExit("benchmark: --sweep and --scaling are separate runs: give one of them")
+    given = [f"--{option}" for option in sweep.OVERRIDES.values() if getattr(args, option)]
+    if given and not args.sweep:
+        raise SystemExit(f"benchmark: {', '.join(given)} given without --sweep")
+    if args.plot and not args.scaling:
+        raise SystemExit("benchmark: --plot draws the --scaling run: give --scaling too")
+    sweep.parse_overrides(args)  # a malformed list stops the run here, before any work dir exists
+    args.scaling_workers = int_list(args.scaling, "scaling") if args.scaling else None
 
 
 def print_summary(results: dict, args: argparse.Namespace, work_dir: str) -> None:
     print()
+    if args.sweep or args.scaling:
+        print_mode_summary(results, args, work_dir)
+        return
     print("\n".join(results["table"]))
     r = results["ratios"]
     if r.get("training_vs_sf") is not None:
@@ -243,6 +294,20 @@ def print_summary(results: dict, args: argparse.Namespace, work_dir: str) -> Non
         if r.get(f"training_variant_{i}_vs_sf") is not None:
             print(f"ours ({variant})/SF training frames/s: {r[f'training_variant_{i}_vs_sf']:.2f}")
     print(f"\nresults: {args.output}" + (f"; logs in {work_dir}" if args.work_dir else ""))
+
+
+def print_mode_summary(results: dict, args: argparse.Namespace, work_dir: str) -> None:
+    """--sweep's or --scaling's table; the sweep's best point comes last, so it is the last line of output."""
+    print(f"results: {args.output}" + (f"; logs in {work_dir}" if args.work_dir else ""))
+    if args.sweep:
+        print("\n".join(sweep.report_lines(results.get("sweep", []), args.env)))
+        return
+    print("\n".join(scaling.report_lines(results.get("scaling", []))))
+    if args.plot:
+        device = scaling.device_name(results["settings"]["config"]["device"])
+        title = scaling.plot_title(args.env, usable_cores(), device)
+        wrote = scaling.write_plot(results.get("scaling", []), args.plot, title)
+        print(f"plot: {args.plot}" if wrote else "no plot: no worker count measured frames/s")
 
 
 def _on_sigterm(signum, _frame):

@@ -7,6 +7,8 @@ raw_env         the raw env-stepping baseline phases
 ours            our trainer's phases (sampling, training, variants), read from training_summary.json
 sample_factory  the Sample Factory 2.1.1 phase (run with its own interpreter, scripts/sf_launcher.py)
 report          machine description, ratios, the table and the JSON file
+sweep           --sweep: the training phase over a small grid of sizing flags, and the best point
+scaling         --scaling: the training phase at several --num_workers, and its PNG plot
 """
 
 import os

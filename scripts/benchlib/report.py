@@ -128,11 +128,25 @@ def table(results: dict) -> str:
     ceiling = phases.get("raw_env_per_core", {}).get("fps")
     head = ("phase", "frames/s", "x raw 1p", "x ceiling", "peak RSS MB", "notes")
     rows = [_row(name, p, raw1, ceiling) for name, p in phases.items()]
+    return "\n".join(aligned(head, rows, "<>>>><"))
+
+
+def aligned(head: tuple, rows: list[tuple], align: str) -> list[str]:
+    """A text table's lines: a header, a rule, the rows; `align` holds one '<' or '>' per column."""
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    align = ["<", ">", ">", ">", ">", "<"]
     fmt = lambda r: "  ".join(f"{str(c):{a}{w}}" for c, a, w in zip(r, align, widths)).rstrip()  # noqa: E731
-    lines = [fmt(head), fmt(tuple("-" * w for w in widths)), *[fmt(r) for r in rows]]
-    return "\n".join(lines)
+    return [fmt(head), fmt(tuple("-" * w for w in widths)), *[fmt(r) for r in rows]]
+
+
+def int_list(text: str, option: str) -> list[int]:
+    """A comma list of positive integers (--scaling=2,4,8), duplicates dropped, in the order given."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise SystemExit(f"benchmark: --{option} takes positive integers separated by commas, got {text!r}")
+    return list(dict.fromkeys(values))
 
 
 def _row(name: str, p: dict, raw1: float | None, ceiling: float | None) -> tuple:
