@@ -76,6 +76,9 @@ class PolicyComponents:
 
 
 def start_method(requested: str, device: str) -> str:
+    if requested == "fork" and device.startswith("cuda"):
+        raise ConfigError(f"--mp_start_method=fork with --device={device}: a forked process cannot use CUDA once "
+                          f"its parent has; use --mp_start_method=spawn (or auto, which spawns with a GPU)")
     if requested != "auto":
         return requested
     if sys.platform.startswith("linux") and device == "cpu":
