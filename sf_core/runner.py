@@ -192,7 +192,7 @@ class Runner(Component):
         Routing.rearm(self.loop)
         self.stopping = False
         self.dead_since.clear()
-        self._build(resume=True, start_method="spawn")  # this process now runs threads: do not fork it
+        self._build(resume=True, start_method="forkserver")  # this process now runs threads: fork a clean one
         self._start_components()
         return True
 

@@ -75,17 +75,31 @@ class PolicyComponents:
     learner: Learner | ShardEmitter  # on a cluster node, the sampler's shard emitter takes the learner's place
 
 
+# What every component process imports: a forkserver imports it once, and each process forks from it
+FORKSERVER_PRELOAD = ["torch", "numpy", "gymnasium", "sf_core.rollout_worker", "sf_core.inference_worker",
+                      "sf_core.batcher", "sf_core.learner"]
+
+
 def start_method(requested: str, device: str) -> str:
     if requested == "fork" and device.startswith("cuda"):
         raise ConfigError(f"--mp_start_method=fork with --device={device}: a forked process cannot use CUDA once "
-                          f"its parent has; use --mp_start_method=spawn (or auto, which spawns with a GPU)")
+                          f"its parent has; use --mp_start_method=forkserver (or auto, which picks it with a GPU)")
     if requested != "auto":
         return requested
-    if sys.platform.startswith("linux") and device == "cpu":
-        # fork skips re-importing torch in every process (about 2 s on 2 cores); the runner keeps
-        # itself fork-safe: one torch thread before forking, no CUDA, no helper threads yet
-        return "fork"
-    return "spawn"
+    if not sys.platform.startswith("linux"):
+        return "spawn"
+    # fork skips re-importing torch in every process (about 2 s on 2 cores); the runner keeps itself
+    # fork-safe: one torch thread before forking, no CUDA, no helper threads yet. With CUDA, a forkserver:
+    # a fresh process (no CUDA) that imports FORKSERVER_PRELOAD once, then forks each component
+    return "fork" if device == "cpu" else "forkserver"
+
+
+def mp_context(method: str):
+    """The multiprocessing context of `method`; a forkserver preloads what the components import."""
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(FORKSERVER_PRELOAD)  # only before the server's first start takes effect
+    return ctx
 
 
 def share_policy_processes(cfg: Config) -> bool:
@@ -130,7 +144,7 @@ def build_components(setup: Setup, runner: Component, outbox: queue.Queue | None
     """The run's components. With an `outbox` they are a cluster node's sampler (sf_core/cluster/sampler.py):
     no learner; each dataset becomes a shard in the outbox."""
     cfg = setup.cfg
-    ctx = multiprocessing.get_context(start_method(cfg.mp_start_method, setup.device))
+    ctx = mp_context(start_method(cfg.mp_start_method, setup.device))
     layout = BufferLayout.from_config(cfg, setup.agents_per_env)
     spec = setup.models[0].spec
     buffers = TrajectoryBuffers(layout, SampleSpaces(setup.obs_space, setup.action_space, setup.models[0].rnn_state_size))

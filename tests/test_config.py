@@ -115,9 +115,9 @@ def test_every_boolean_argument_is_made_by_the_one_helper():
     assert not found, "\n".join(found)
 
 
-def test_fork_with_a_gpu_is_refused_and_auto_spawns():
+def test_fork_with_a_gpu_is_refused_and_auto_takes_a_forkserver():
     from sf_core.wiring import start_method
 
     with pytest.raises(ConfigError, match="--mp_start_method=fork with --device=cuda:1: a forked process cannot use"):
         start_method("fork", "cuda:1")
-    assert start_method("auto", "cuda") == "spawn" and start_method("fork", "cpu") == "fork"
+    assert start_method("auto", "cuda") == "forkserver" and start_method("fork", "cpu") == "fork"

@@ -115,9 +115,10 @@ USER_SCRIPT = textwrap.dedent('''
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+@pytest.mark.parametrize("start_method", ["forkserver", "fork"])
 def test_user_registered_env_learns_async_two_workers(tmp_path, start_method):
-    """Under spawn, workers import the user's script afresh: the registration must reach them."""
+    """Under forkserver (auto's choice with a GPU) and spawn (tests/test_user_code.py), workers import the user's
+    script afresh: the registration must reach them."""
     script = tmp_path / "my_training.py"
     script.write_text(USER_SCRIPT)
     # optimal return is 1 - 6 * 0.01 = 0.94; a random walk rarely reaches the goal within 50 steps

@@ -10,7 +10,6 @@ saving its checkpoint, as after any component's death.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from dataclasses import replace
 
@@ -26,7 +25,7 @@ from sf_core.component import Component, ComponentProcess
 from sf_core.control import ControlBlock
 from sf_core.learner import Learner, learner_name
 from sf_core.sample import SampleSpaces
-from sf_core.wiring import Setup, Topology, start_method
+from sf_core.wiring import Setup, Topology, mp_context, start_method
 
 INGEST = "shard_ingest"
 
@@ -36,7 +35,7 @@ def build_driver_components(setup: Setup, runner: Component) -> Topology:
     flags as given, --serial_mode included)."""
     placement.check_reachable(setup.cfg)
     cfg = replace(setup.cfg, serial_mode=False)
-    ctx = multiprocessing.get_context(start_method(cfg.mp_start_method, setup.device))
+    ctx = mp_context(start_method(cfg.mp_start_method, setup.device))
     n = cfg.num_policies
     control = ControlBlock([*(learner_name(p, n) for p in range(n)), INGEST])
     topology = Topology(control=control)
