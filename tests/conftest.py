@@ -28,14 +28,25 @@ def _ours_or_orphaned(name: str) -> bool:
     return pid in {p.pid for p in psutil.Process().children(recursive=True)}
 
 
+def multiprocessing_helper(p: psutil.Process) -> bool:
+    """multiprocessing's own per-interpreter helpers: the resource tracker, and a forkserver, which lives as long
+    as the interpreter that started it. The processes a forkserver forks carry its command line too: they are
+    told apart by their parent, the server."""
+    def named(proc: psutil.Process, what: str) -> bool:
+        return any(what in part for part in proc.cmdline())
+
+    if named(p, "resource_tracker"):
+        return True
+    parent = p.parent()
+    return named(p, "forkserver") and not (parent is not None and named(parent, "forkserver"))
+
+
 def _live_children(exclude: set[int]) -> list[psutil.Process]:
-    """Our live descendants, except multiprocessing's own per-interpreter helper (resource tracker)."""
+    """Our live descendants, except multiprocessing's own helpers."""
     found = []
     for p in psutil.Process().children(recursive=True):
         try:
-            if p.pid in exclude or p.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if any("resource_tracker" in part or "forkserver" in part for part in p.cmdline()):
+            if p.pid in exclude or p.status() == psutil.STATUS_ZOMBIE or multiprocessing_helper(p):
                 continue
             found.append(p)
         except psutil.Error:

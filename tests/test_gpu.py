@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from tests import launch
+from tests.conftest import multiprocessing_helper
 from tests.helpers import read_summary
 from tests.test_recurrent import MEMORY
 
@@ -119,7 +120,7 @@ def test_a_stopped_run_leaves_no_process_and_no_gpu_memory(tmp_path, stop):
         if stop == "ctrl_c":
             proc.send_signal(signal.SIGINT)
         else:
-            next(c for c in children if "resource_tracker" not in " ".join(c.cmdline())).kill()
+            next(c for c in children if not multiprocessing_helper(c)).kill()  # a component, not the forkserver
         output, _ = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
