@@ -81,7 +81,7 @@ class Config:
     worker_num_splits: int = flag(
         2, "rollout", "Groups a worker's envs are split into; one group steps while another waits for actions."
     )
-    policy_workers_per_policy: int = flag(1, "rollout", "Inference workers (batched policy forward passes). Untyped: one per 8 rollout workers, at most 4.")
+    policy_workers_per_policy: int = flag(1, "rollout", "Inference workers (batched policy forward passes). Untyped: one per 8 rollout workers (at most 4, one per 4 cores).")
     rollout: int = flag(32, "rollout", "Trajectory length in env steps, the unit the learner trains on.")
     batched_sampling: bool = flag(
         True, "rollout", "True: step each split's single-agent envs as one batch (the fast path). False: step "

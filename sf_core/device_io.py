@@ -17,8 +17,6 @@ can be forced for tests, which run the staging path on the CPU.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
@@ -75,6 +73,3 @@ class DeviceIO:
             buffer = torch.empty((capacity, *row_shape), dtype=torch_dtype, pin_memory=self.pin)
             self.buffers[name] = buffer
         return buffer[:rows].reshape(shape) if shape else buffer[0]
-
-    def staged_bytes(self) -> int:
-        return sum(math.prod(b.shape) * b.element_size() for b in self.buffers.values())

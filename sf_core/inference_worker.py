@@ -109,6 +109,7 @@ class InferenceWorker(Component):
         self.views = {key: t.numpy() for key, t in self.buffers.fields.items()}
         self.views["rnn_latest"] = self.buffers.rnn_latest.numpy()
         self.io = DeviceIO(self.device)
+        self.obs_row_shape = self.views["obs"].shape[3:]  # past [slot, row, env row]: one observation
         self.timer = Timer(self.event_loop, REPORT_INTERVAL_SEC, object_id=f"{self.name}_report_timer")
         self.timer.timeout.connect(self.send_report)
 
@@ -147,7 +148,7 @@ class InferenceWorker(Component):
     def _act(self, rows: "Rows") -> None:
         """Sample actions for these rows and store them with their log-probs, values and the policy version."""
         views = self.views
-        obs = self.io.gather("obs", views["obs"], rows.at, views["obs"].shape[3:])
+        obs = self.io.gather("obs", views["obs"], rows.at, self.obs_row_shape)
         state: dict[str, torch.Tensor] = {}
         if self.policy.recurrent:
             params, values, state["rnn"], at_split = self._recurrent_step(obs, rows)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from sf_core.machine_fit import usable_cores  # the cores this process may run on: the trainer's own count
 from .ours import REPORT_INTERVAL_SEC, SUMMARY_INTERVAL_SEC
 from .proctree import MB, MEMORY_SAMPLE_SEC
 
@@ -37,13 +38,6 @@ NOTES = [
     "Sample Factory: frames/s is its own FPS metric (env frames counted by its learner), read from "
     "its 5-second status lines, so its window edges are coarser",
 ]
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def machine_info() -> dict:
