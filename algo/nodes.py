@@ -158,7 +158,8 @@ def _minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn, epochs: int) -> dict
     }.items()}
     initial_states = x["rnn_states"][0:T:R].flatten(0, 1)
     count, per_minibatch = initial_states.shape[0], p.batch_size // R
-    totals: dict[str, float] = {}
+    # summed on the model's device and read once: a read per step would make a GPU wait for every step
+    totals = torch.zeros(len(STEP_STATS), device=obs.device)
     steps = 0
     for _ in range(epochs):
         order = torch.randperm(count) if p.shuffle_minibatches else torch.arange(count)
@@ -166,11 +167,10 @@ def _minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn, epochs: int) -> dict
             idx = order[start:start + per_minibatch]
             mb = {key: value[:, idx] for key, value in sequences.items()}
             mb["initial_states"] = initial_states[idx]
-            for key, value in _sgd_step(ctx, mb, policy_loss_fn).items():
-                totals[key] = totals.get(key, 0.0) + value
+            totals += _sgd_step(ctx, mb, policy_loss_fn)
             steps += 1
             ctx.on_minibatch()
-    stats = {key: value / max(1, steps) for key, value in totals.items()}
+    stats = dict(zip(STEP_STATS, (totals / max(1, steps)).tolist()))
     stats.update(value_mean=x["values"][:-1].mean().item(), target_mean=x["value_targets"].mean().item())
     return stats
 
@@ -183,7 +183,11 @@ def _any_learner(ctx: Context, flag: torch.Tensor) -> bool:
     return any(bool(f) for f in ctx.gather(flag.float().reshape(1)))
 
 
-def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn) -> dict[str, float]:
+STEP_STATS = ("loss", "policy_loss", "value_loss", "entropy", "kl", "clip_fraction", "grad_norm")
+
+
+def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn) -> torch.Tensor:
+    """One optimizer step on minibatch `mb`; returns its STEP_STATS as one tensor on the model's device."""
     p, slot = ctx.params, ctx.models["actor_critic"]
     model = slot.module
     with autocast(slot.device, p.mixed_precision):
@@ -203,22 +207,22 @@ def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn) -> dict
     policy_loss = policy_loss_fn(ctx, log_prob, mb)
     value_loss = ppo.value_loss(values, mb["old_values"], mb["targets"], p.ppo_clip_value, mb["mask"])
     loss = policy_loss + p.value_loss_coeff * value_loss - p.exploration_loss_coeff * entropy
-    if not torch.isfinite(loss):
-        raise FloatingPointError(
-            f"non-finite loss (policy {policy_loss.item()}, value {value_loss.item()}, entropy {entropy.item()}); "
-            f"check the env's observations and rewards for NaN/inf")
 
     slot.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     ctx.average_gradients(model.parameters())  # a learner group: every rank steps with the mean gradient
     max_norm = p.max_grad_norm if p.max_grad_norm > 0 else float("inf")
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    # checked once the backward is queued (a check of the loss before it would make a GPU idle in between),
+    # and before the weights change; a learner group's ranks share the averaged gradients, so all stop together
+    if not torch.isfinite(grad_norm):
+        raise FloatingPointError(
+            f"non-finite loss or gradients (policy loss {policy_loss.item()}, value loss {value_loss.item()}, "
+            f"entropy {entropy.item()}): no optimizer step taken; check the env's observations and rewards for NaN/inf")
     slot.optimizer.step()
 
     with torch.no_grad():
         log_ratio = log_prob - mb["log_prob"]
         kl = ppo.approx_kl(log_prob, mb["log_prob"], mb["mask"])
         clip_fraction = ppo.masked_mean((log_ratio.exp() - 1).abs().gt(p.ppo_clip_ratio).float(), mb["mask"])
-    return {"loss": loss.item(), "policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
-            "entropy": entropy.item(), "kl": kl.item(), "clip_fraction": clip_fraction.item(),
-            "grad_norm": float(grad_norm)}
+        return torch.stack([loss, policy_loss, value_loss, entropy, kl, clip_fraction, grad_norm]).detach().float()

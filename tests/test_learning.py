@@ -5,6 +5,7 @@ import json
 import os
 import textwrap
 
+import numpy as np
 import pytest
 
 from tests.helpers import read_summary, train
@@ -59,6 +60,9 @@ def test_cartpole_solved_async(tmp_path):
     versions = summary["inference_versions"]
     assert sorted(versions) == ["inference_worker_0", "inference_worker_1"], versions
     assert all(v > summary["policy_version"] // 2 > 0 for v in versions.values()), (versions, summary["policy_version"])
+    # the SGD steps' statistics, averaged over the last dataset's steps: a two-action policy's entropy, a gradient
+    stats = summary["final_learner_stats"]
+    assert 0 < stats["entropy"] < np.log(2) + 1e-6 and stats["grad_norm"] > 0 and 0 <= stats["clip_fraction"] <= 1
 
 
 @pytest.mark.timeout(180)
