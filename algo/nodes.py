@@ -162,7 +162,8 @@ def _minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn, epochs: int) -> dict
     totals = torch.zeros(len(STEP_STATS), device=obs.device)
     steps = 0
     for _ in range(epochs):
-        order = torch.randperm(count) if p.shuffle_minibatches else torch.arange(count)
+        # on the model's device: a host-side index would be copied over for every minibatch
+        order = (torch.randperm if p.shuffle_minibatches else torch.arange)(count, device=obs.device)
         for start in range(0, count, per_minibatch):
             idx = order[start:start + per_minibatch]
             mb = {key: value[:, idx] for key, value in sequences.items()}
