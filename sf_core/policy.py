@@ -221,10 +221,13 @@ class TrainedPolicy:
 def training_device(cfg: Config) -> str:
     """--device resolved for training; says at start-up where --mixed_precision would speed this hardware up."""
     device = resolve_device(cfg.device)
-    if not cfg.mixed_precision and has_fast_bfloat16(device):
-        kind = "GPU" if device.startswith("cuda") else "CPU"
+    fast, kind = has_fast_bfloat16(device), "GPU" if device.startswith("cuda") else "CPU"
+    if not cfg.mixed_precision and fast:
         log.info("this %s computes bfloat16 in hardware: --mixed_precision=True trains up to ~2x faster where "
                  "the learner is the bottleneck (docs/performance.md)", kind)
+    elif cfg.mixed_precision and not fast:
+        log.warning("--mixed_precision=True on a %s without bfloat16 hardware (a GPU before compute capability 8.0, a "
+                    "CPU without AMX or AVX512-BF16): bfloat16 is emulated there, slower than float32", kind)
     return device
 
 

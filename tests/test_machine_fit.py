@@ -77,3 +77,4 @@ def test_a_cluster_sampler_refits_to_its_node_unless_env_service_slots_were_divi
     assert refit_on_node(typed).num_workers == 99
     served = Config(env="CartPole-v1", num_workers=99, env_service="127.0.0.1:5555*99", machine_fit=["num_workers"])
     assert refit_on_node(served).num_workers == 99
+

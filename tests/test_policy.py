@@ -90,3 +90,20 @@ def test_missing_checkpoint_and_unregistered_custom_model_are_config_errors(tmp_
     path, _ = save_experiment(tmp_path / "custom", with_checkpoint=False, encoder_custom="never_registered")
     with pytest.raises(ConfigError, match="never_registered.*run from a script that registers it"):
         load_checkpoint(path)
+
+
+@pytest.mark.parametrize("mixed_precision, fast, expected", [
+    (True, False, "bfloat16 is emulated there, slower than float32"),
+    (False, True, "--mixed_precision=True trains up to ~2x faster"),
+    (True, True, None), (False, False, None)])
+def test_the_start_up_says_where_bfloat16_pays_off_and_where_it_costs(monkeypatch, caplog, mixed_precision, fast,
+                                                                       expected):
+    import logging
+
+    import sf_core.policy
+
+    monkeypatch.setattr(sf_core.policy, "has_fast_bfloat16", lambda device: fast)  # the hardware, not the advice
+    with caplog.at_level(logging.INFO, logger="sf_core"):
+        assert sf_core.policy.training_device(Config(env="x", mixed_precision=mixed_precision)) == "cpu"
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert (expected in said) if expected else "bfloat16" not in said
