@@ -4,8 +4,10 @@
 #
 #   here:    bash scripts/gpu_machine.sh download     # .whl/ours (our runtime deps), .whl/sf (Sample Factory 2.1.1)
 #   there:   source scripts/gpu_machine.sh install    # our deps on PYTHONPATH; ./.sf_python runs Sample Factory
-#            python -m pytest -m gpu tests -q
-#            python scripts/benchmark.py --env=atari_pong ... --sf_python=./.sf_python
+#            bash scripts/gpu_machine.sh tests         # pytest -m gpu; then bench_pong, bench_cartpole, bench_scaling
+#
+# Each of the four fits one call of the device tool (under 10 minutes): `source scripts/gpu_machine.sh install
+# && bash scripts/gpu_machine.sh bench_pong`, with .whl carried; results and logs land in $OUT.
 #
 # The target machine's Python is 3.12 with torch, numpy 2, psutil, pytest, tensorboard and matplotlib already
 # installed (only what it lacks is carried). Sample Factory needs gymnasium 0.29 and numpy 1: they go into a
@@ -42,8 +44,36 @@ install() {
     ./.sf_python -c "import importlib.metadata as m, sample_factory, gymnasium, numpy, cv2; print('sample factory', m.version('sample-factory'), 'gymnasium', gymnasium.__version__, 'numpy', numpy.__version__)"
 }
 
+# The GPU runs of docs/gpu.md, each writing its log and results under $OUT (default ./gpu_out); after install.
+OUTDIR=${OUT:-gpu_out}
+CORES=$(nproc)
+
+tests() {
+    python3 -m pytest -m gpu tests -q -rs 2>&1 | tee "$OUTDIR/gpu_tests.log"
+}
+
+bench_pong() {
+    python3 scripts/benchmark.py --env=atari_pong --phases=raw,sampling,training,sf --seconds=30 --warmup=10 \
+        --num_workers="$CORES" --num_envs_per_worker=16 --extra="--device=cuda" --variant="--mixed_precision=True" \
+        --sf_python=./.sf_python --sf_module=sf_examples.atari.train_atari --output="$OUTDIR/pong.json" \
+        2>&1 | tee "$OUTDIR/pong.log"
+}
+
+bench_cartpole() {
+    python3 scripts/benchmark.py --env=CartPole-v1 --encoder_mlp_layers 512 512 --phases=training,sf --seconds=30 \
+        --warmup=10 --num_workers="$CORES" --extra="--device=cuda" --sf_python=./.sf_python \
+        --output="$OUTDIR/cartpole_512.json" 2>&1 | tee "$OUTDIR/cartpole_512.log"
+}
+
+bench_scaling() {
+    python3 scripts/benchmark.py --env=atari_pong --scaling=2,4,8,16 --plot="$OUTDIR/gpu_scaling.png" \
+        --extra="--device=cuda" --seconds=20 --warmup=10 --output="$OUTDIR/scaling.json" 2>&1 | tee "$OUTDIR/scaling.log"
+}
+
 case "${1:-}" in
     download) download ;;
     install) install ;;
-    *) echo "usage: bash scripts/gpu_machine.sh download | source scripts/gpu_machine.sh install" >&2; exit 2 ;;
+    tests|bench_pong|bench_cartpole|bench_scaling) mkdir -p "$OUTDIR"; "$1" ;;
+    *) echo "usage: bash scripts/gpu_machine.sh download | source scripts/gpu_machine.sh install [tests|bench_pong|bench_cartpole|bench_scaling]" >&2
+       exit 2 ;;
 esac
