@@ -16,12 +16,14 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
+from sf_core.machine_fit import FITTED
+
 from .report import aligned, int_list, ratio
 
 if TYPE_CHECKING:
     from sf_core.config import Config
 
-SWEPT = ("num_workers", "num_envs_per_worker", "policy_workers_per_policy")
+SWEPT = FITTED  # the flags the trainer fits to the machine are the ones a sweep measures
 OVERRIDES = {"num_workers": "sweep_num_workers", "num_envs_per_worker": "sweep_num_envs_per_worker",
              "policy_workers_per_policy": "sweep_policy_workers"}
 DEFAULTS_NOTE = "the trainer's defaults"
