@@ -112,6 +112,56 @@ def train_as_group(tmp_path, cfg: Config, data: list, weights: SharedWeights, si
     return [torch.load(out, weights_only=True) for out in outs]
 
 
+def run_poisoned_rank(rank: int, spec: GroupSpec, cfg: Config, data: list, weights: SharedWeights, out: str) -> None:
+    """One rank trains on dataset 0 (as `run_rank` does) and records what it raised, and whether its trainable
+    weights are the ones it started from."""
+    torch.set_num_threads(1)
+    link = spec.join(rank)
+    t = trainer(cfg)
+    t.build(weights, None, link=link)
+    model = t.models["actor_critic"].module
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    if rank == 0:
+        link.send_train(0, LEARNING_RATE, 0)
+    else:
+        link.receive()
+    try:
+        t.train(data[0], LEARNING_RATE, 0)
+        result = {"message": "trained"}
+    except FloatingPointError as exc:
+        result = {"message": str(exc)}
+    result["unchanged"] = all(torch.equal(before[name], p) for name, p in model.named_parameters())
+    torch.save(result, out)
+
+
+def test_a_nan_in_one_ranks_share_stops_every_rank_at_the_same_step_with_the_weights_unchanged(tmp_path):
+    """The non-finite check reads the gradient norm after the ranks have averaged their gradients: every rank
+    sees the poisoned rank's NaN, and none takes the optimizer step."""
+    # no return normalizer: its statistics, shared by the ranks, would carry the NaN to every rank's loss
+    cfg = small_config(num_learners=2, normalize_returns=False)
+    data = datasets(cfg, 0)
+    data[0]["rewards"][:, -1] = float("nan")  # the last trajectory: in rank 1's share only
+    weights = initial_weights(cfg)
+    spec = GroupSpec(2, free_port(), timeout=30.0, devices=("cpu", "cpu"), address=ADDRESS)
+    outs = [str(tmp_path / f"rank_{r}.pt") for r in range(2)]
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=run_poisoned_rank, args=(r, spec, cfg, data, weights, outs[r]), daemon=True)
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        for p in procs:
+            p.join(timeout=60)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+    results = [torch.load(out, weights_only=True) for out in outs]
+    for rank, result in enumerate(results):
+        assert "non-finite loss or gradients" in result["message"] and result["unchanged"], (rank, result)
+
+
 @pytest.mark.parametrize("recurrent, sent", [(False, False), (True, False), (False, True), (True, True)],
                          ids=["feed_forward", "gru", "feed_forward_sent", "gru_sent"])
 def test_two_ranks_train_as_one_learner_with_the_whole_batch(tmp_path, recurrent, sent):
