@@ -61,13 +61,17 @@ def fitted_values(machine: Machine, num_workers: int | None = None) -> dict[str,
             "policy_workers_per_policy": inference}
 
 
+def whole_splits(envs: int, splits: int) -> int:
+    """`envs` rounded up to a multiple of --worker_num_splits: every split steps as many envs."""
+    return -(-envs // splits) * splits
+
+
 def fit(values: dict[str, Any], chosen: set[str], machine: Machine) -> list[str]:
     """Set each fitted flag not in `chosen` (typed, or set by a preset or an env service) in `values`;
     returns the names it set."""
     typed_workers = values["num_workers"] if "num_workers" in chosen else None
     fitted = fitted_values(machine, typed_workers)
-    splits = values.get("worker_num_splits", 1)
-    fitted["num_envs_per_worker"] = -(-fitted["num_envs_per_worker"] // splits) * splits  # whole splits
+    fitted["num_envs_per_worker"] = whole_splits(fitted["num_envs_per_worker"], values.get("worker_num_splits", 1))
     names = [name for name in FITTED if name not in chosen]
     for name in names:
         values[name] = fitted[name]

@@ -66,7 +66,7 @@ def report_lines(points: list[dict]) -> list[str]:
     rows = [(e["num_workers"], (e["flags"] or {}).get("policy_workers_per_policy", ""),
              (e["flags"] or {}).get("num_envs_per_worker", ""),
              f"{e['fps']:,.0f}" if e["fps"] else e["status"],
-             f"{e['fps'] / e['num_workers']:,.0f}" if e["fps"] else "",
+             f"{e['fps_per_worker']:,.0f}" if e["fps"] else "",
              f"{ratio(e['fps'], first['fps']):.2f}" if e["fps"] and first else "",
              f"{e['peak_rss_mb']:,.0f}" if e.get("peak_rss_mb") is not None else "",
              (e.get("reason") or "")[:60]) for e in points]
@@ -85,9 +85,10 @@ def device_name(requested: str) -> str:
         return "CPU"
     import torch  # only for a GPU request: the plain CPU case needs no torch start-up
 
-    if not torch.cuda.is_available():
-        return "CPU (no GPU here)"
-    return f"GPU {torch.cuda.get_device_name('cuda' if requested == 'gpu' else requested)}"
+    from sf_core.policy import resolve_device  # the trainer's own resolution: gpu means cuda, no CUDA the CPU
+
+    device = resolve_device(requested)
+    return "CPU" if device == "cpu" else f"GPU {torch.cuda.get_device_name(device)}"
 
 
 def plot_title(env: str, cores: int, device: str) -> str:

@@ -16,7 +16,7 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
-from sf_core.machine_fit import FITTED
+from sf_core.machine_fit import FITTED, whole_splits
 
 from .report import aligned, int_list, ratio
 
@@ -85,7 +85,7 @@ def fit_envs(values: list[int], splits: int) -> tuple[list[int], list[str]]:
     every split steps as many envs), duplicates dropped; and a note for each value changed."""
     fitted, notes = [], []
     for value in values:
-        up = -(-value // splits) * splits
+        up = whole_splits(value, splits)
         if up != value:
             notes.append(f"--num_envs_per_worker={value} is not divisible by --worker_num_splits={splits}: "
                          f"{up} instead")
