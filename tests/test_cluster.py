@@ -141,11 +141,16 @@ def test_two_policies_and_pbt_on_two_nodes(tmp_path):
     assert len(cluster["node_frames"]) == 2 and min(cluster["node_frames"].values()) > 0, cluster
     assert all(len(s["oldest_versions"]) == 2 for s in cluster["samplers"]), cluster
     with open(tmp_path / "exp" / "pbt.jsonl") as f:
-        first = json.loads(f.readline())
+        events = [json.loads(line) for line in f]
+    first = events[0]
     assert first["policy"] == 1 and first["source"] == 0 and first["new_hyperparams"]["learning_rate"] >= 1e-4
     assert first["objectives"][1] < 0.5 * first["objectives"][0], first  # as played on the nodes, before PBT
     acted = [policy["mean_return"] for policy in summary["policies"]]  # as played on the nodes, at the end
-    assert min(acted) >= 0.8 * max(acted) and max(acted) >= 300, acted
+    # a policy PBT replaced in its last update may have finished no episode with its new weights before the
+    # end: its return is unknown (the summary must not show the replaced weights'), its checkpoint is played below
+    assert all(events[-1]["policy"] == k for k, mean in enumerate(acted) if mean is None), (acted, events[-1])
+    known = [mean for mean in acted if mean is not None]
+    assert min(known) >= 0.8 * max(known) and max(known) >= 300, acted
     returns = final_returns(tmp_path / "exp")  # each learner's last checkpoint, played here
     assert min(returns) >= 0.9 * max(returns) and max(returns) >= 300, returns
 
