@@ -72,9 +72,10 @@ def running_cluster(nodes: int):
         reap(spawned | descendants())
 
 
-def reap(processes: set, timeout: float = 10.0) -> list[int]:
+def reap(processes: set, timeout: float = 2.0) -> list[int]:
     """End what this cluster started and outlived it: a node killed without grace leaves its agents
-    (reparented to init) running for a long while."""
+    (reparented to init) running for a long while, and they outwait a SIGTERM (ray::DashboardAgent and
+    ray::RuntimeEnvAgent took the whole 10 s this once allowed, every time): they have nothing to save."""
     import psutil
 
     alive = [p for p in processes if p.is_running()]

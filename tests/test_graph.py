@@ -106,7 +106,7 @@ def test_unknown_algo_is_a_clear_error(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["APPO", "PPO", "REINFORCE"])
 def test_visualize_writes_a_picture(tmp_path, algo):
-    for ext in ("png", "svg"):
+    for ext in ("png", "svg") if algo == "APPO" else ("png",):  # the format does not depend on the graph
         out = tmp_path / f"{algo}.{ext}"
         result = launch.run([f"--algo={algo}", f"--output={out}"], timeout=60, script="scripts/visualize_dfg.py")
         assert result.returncode == 0, result.stderr
