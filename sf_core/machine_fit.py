@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -44,12 +45,30 @@ def usable_cores() -> int:
 
 def this_machine(device: str) -> Machine:
     """This machine, as the run would use it: `device` is --device (a GPU only where CUDA is present)."""
+    check_device(device)
     wants_gpu = device == "gpu" or device.startswith("cuda")
     if wants_gpu:
         import torch  # only here: parsing flags without a GPU flag needs no torch
 
         wants_gpu = torch.cuda.is_available()
     return Machine(usable_cores(), wants_gpu)
+
+
+def check_device(device: str) -> None:
+    """--device names a device of this machine (ConfigError if not). Without CUDA a CUDA device is not refused:
+    the run falls back to the CPU with a warning (sf_core/policy.py, resolve_device)."""
+    from sf_core.config import ConfigError
+
+    match = re.fullmatch(r"cuda(?::(\d+))?", device)
+    if device not in ("cpu", "gpu") and match is None:
+        raise ConfigError(f"--device={device}: use cpu, cuda, cuda:N (the Nth GPU) or gpu (the same as cuda)")
+    if match is not None and match.group(1) is not None:
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count and int(match.group(1)) >= count:
+            raise ConfigError(f"--device={device}, but this machine has {count} CUDA device(s): cuda:0 to "
+                              f"cuda:{count - 1}")
 
 
 def fitted_values(machine: Machine, num_workers: int | None = None) -> dict[str, int]:

@@ -35,11 +35,25 @@ def test_preset_applies_under_explicit_flags():
     (["--env=CartPole-v1", "--gamma=1.5"], "--gamma must be in [0, 1]"),
     (["--env=CartPole-v1", "--nonlinearity=swish"], "invalid choice: 'swish'"),
     ([], "--env is required"),
+    (["--env=CartPole-v1", "--device=mps"], "--device=mps: use cpu, cuda, cuda:N"),
+    (["--env=CartPole-v1", "--device=cuda:one"], "--device=cuda:one: use cpu, cuda, cuda:N"),
 ])
 def test_bad_values_name_the_problem(argv, message):
     with pytest.raises(ConfigError) as err:
         parse_args(argv)
     assert message in str(err.value)
+
+
+def test_a_cuda_device_this_machine_lacks_is_refused_only_where_cuda_is():
+    """Without CUDA, --device=cuda:N runs on the CPU with a warning (resolve_device); with it, N must exist."""
+    import torch
+
+    argv = ["--env=CartPole-v1", "--device=cuda:5"]
+    if not torch.cuda.is_available():
+        assert parse_args(argv)[0].device == "cuda:5"
+    elif torch.cuda.device_count() <= 5:
+        with pytest.raises(ConfigError, match=r"--device=cuda:5, but this machine has \d+ CUDA device"):
+            parse_args(argv)
 
 
 def test_config_json_round_trip():

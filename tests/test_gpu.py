@@ -62,6 +62,15 @@ def test_cartpole_solved_serial_on_the_gpu_then_played_on_a_cpu_only_machine(tmp
         assert json.load(f)["mean_return"] >= SOLVED
 
 
+@pytest.mark.timeout(60)
+def test_a_gpu_this_machine_lacks_is_one_clear_error(tmp_path):
+    count = torch.cuda.device_count()
+    proc = launch.run(["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=exp", f"--device=cuda:{count}"],
+                      timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert f"this machine has {count} CUDA device(s)" in proc.stderr, proc.stderr[-3000:]
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("flags", [(), ("--mixed_precision=True",)], ids=["float32", "bf16"])
 def test_cartpole_solved_async_with_two_inference_workers_sharing_the_gpu(tmp_path, flags):

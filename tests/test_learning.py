@@ -28,7 +28,7 @@ def solve_cartpole(tmp_path, *flags: str) -> dict:
 
 
 @pytest.mark.timeout(240)
-def test_cartpole_solved_serial_then_enjoy_with_video(tmp_path):
+def test_cartpole_solved_serial_then_enjoy_with_video(tmp_path, capsys):
     summary = solve_cartpole(tmp_path, "--serial_mode=True", "--seed=1")
     assert summary["last_checkpoint"] and os.path.exists(summary["last_checkpoint"])
 
@@ -50,6 +50,17 @@ def test_cartpole_solved_serial_then_enjoy_with_video(tmp_path):
         assert reader.get_data(0).shape == (400, 600, 3)  # CartPole's rgb_array frames
     finally:
         reader.close()
+
+    # --device as training reads it: a device it cannot name is one line; a GPU where there is none, the CPU
+    import torch
+
+    played = [f"--train_dir={tmp_path}", "--experiment=exp", "--max_num_episodes=1"]
+    capsys.readouterr()
+    assert sf_core.enjoy.main([*played, "--device=mps"]) == 2
+    assert capsys.readouterr().err.strip() == ("sf_core.enjoy: error: --device=mps: use cpu, cuda, cuda:N (the Nth "
+                                               "GPU) or gpu (the same as cuda)")
+    if not torch.cuda.is_available():
+        assert sf_core.enjoy.main([*played, "--device=gpu"]) == 0
 
 
 @pytest.mark.timeout(180)

@@ -26,7 +26,8 @@ from sf_core.arguments import BOOL_EPILOG, _Parser, add_bool_argument
 from sf_core.config import ConfigError
 from sf_core.experiment import write_eval_results
 from sf_core.head_to_head import versus_opponent
-from sf_core.policy import TrainedPolicy, load_checkpoint
+from sf_core.machine_fit import check_device
+from sf_core.policy import TrainedPolicy, load_checkpoint, resolve_device
 
 log = logging.getLogger("sf_core")
 
@@ -49,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--video_frames", type=int, default=1000, help="At most this many frames in the video.")
     p.add_argument("--video_name", default="replay.mp4", help="Video file name inside the experiment folder.")
     p.add_argument("--fps", type=int, default=30, help="Frames per second of the video.")
-    p.add_argument("--device", default="cpu", help="Device for the policy.")
+    p.add_argument("--device", default="cpu", help="Device for the policy: cpu, cuda, cuda:N or gpu (without CUDA: "
+                   "the CPU, with a warning).")
     p.add_argument("--opponent", default="", help="Two-agent games: play the policy against 'random' (a uniformly "
                    "random player) or K (policy K of this experiment), seats alternating, for --max_num_episodes "
                    "games; eval_results.json gets wins, losses, ties and win_rate. Empty: self-play episodes.")
@@ -161,6 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
     try:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        check_device(args.device)
+        args.device = resolve_device(args.device)  # as training does: without CUDA, the CPU (with a warning)
         results = evaluate(args)
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
