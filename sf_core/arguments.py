@@ -91,7 +91,7 @@ def explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[
 
 def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> tuple[Config, str | None]:
     """Parse and validate; returns the config and the name of the preset applied (if any)."""
-    from sf_core.machine_fit import fit, this_machine
+    from sf_core.machine_fit import check_device, fit, this_machine
     from sf_core.presets import preset_for
 
     parser = parser or build_parser()
@@ -103,6 +103,7 @@ def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = Non
         if key not in typed:
             values[key] = value
     chosen = typed | set(preset) | ({"num_envs_per_worker"} if values["env_service"] else set())
+    check_device(values["device"])
     values["machine_fit"] = fit(values, chosen, this_machine(values["device"]))
     if values["env_service"]:
         from sf_core.service.endpoints import ServiceConfigError, apply_to_training

@@ -45,7 +45,6 @@ def usable_cores() -> int:
 
 def this_machine(device: str) -> Machine:
     """This machine, as the run would use it: `device` is --device (a GPU only where CUDA is present)."""
-    check_device(device)
     wants_gpu = device == "gpu" or device.startswith("cuda")
     if wants_gpu:
         import torch  # only here: parsing flags without a GPU flag needs no torch
