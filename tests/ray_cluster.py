@@ -94,15 +94,18 @@ def reap(processes: set, timeout: float = 2.0) -> list[int]:
 
 
 def read_progress(summary_path: str) -> dict:
-    """From the run's running summary: its frames, how many nodes have delivered shards, its mean return, and
-    how many replacement samplers (later incarnations) have delivered shards."""
+    """From the run's running summary: its frames, how many nodes have sampled, its mean return, and how many
+    replacement samplers (later incarnations) have sampled. A node has sampled once its frames are counted:
+    a shard counts the frames of the rollout reports that came with it, and a sampler's first shard may
+    come before its workers' first report (a node in node_frames with 0 frames)."""
     try:
         with open(summary_path) as f:
             summary = json.load(f)
     except (OSError, ValueError):
         summary = {}
     cluster = summary.get("cluster") or {}
-    return {"frames": int(summary.get("frames", 0)), "nodes": len(cluster.get("node_frames", {})),
+    sampled = [frames for frames in cluster.get("node_frames", {}).values() if frames > 0]
+    return {"frames": int(summary.get("frames", 0)), "nodes": len(sampled),
             "mean_return": summary.get("mean_return") or float("-inf"),
             "replaced": sum(s["incarnation"] > 0 and s["frames"] > 0 for s in cluster.get("samplers", []))}
 
