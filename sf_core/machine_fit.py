@@ -64,7 +64,7 @@ def check_device(device: str) -> None:
     if match is not None and match.group(1) is not None:
         import torch
 
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        count = torch.cuda.device_count()  # 0 without CUDA: then the run falls back to the CPU, not refused here
         if count and int(match.group(1)) >= count:
             raise ConfigError(f"--device={device}, but this machine has {count} CUDA device(s): cuda:0 to "
                               f"cuda:{count - 1}")
