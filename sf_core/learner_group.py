@@ -338,7 +338,7 @@ class GroupLink:
 
 def follower_processes(mp_context: Any, spec: GroupSpec, trainer: Trainer, datasets: DatasetBuffers,
                        weights: SharedWeights, torch_threads: int) -> list[BaseProcess]:
-    """One machine: ranks 1..N-1 as daemon processes of the runner (its `_stop_processes` joins or kills them),
+    """One machine: ranks 1..N-1 as daemon processes of the runner (`Topology.stop_processes` joins or kills them),
     each with a trainer like rank 0's (`trainer`, not built yet) on its own device."""
     return [mp_context.Process(target=follow, name=rank_name(rank), daemon=True,
                                args=(rank, spec, trainer.on_device(spec.devices[rank]), datasets, weights,

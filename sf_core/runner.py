@@ -8,7 +8,6 @@ The components themselves are built and connected by `sf_core.wiring`.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import random
@@ -181,7 +180,7 @@ class Runner(Component):
         restarts from the checkpoint the shutdown just saved, the same path as a resume after a crash
         (slot ownership stays simple: nothing of the old processes is reused). Stats carry on."""
         self._stop_processes()
-        self._close_processes()
+        self.topology.close_processes()
         self.restart_pending = False
         if not self.saved_at_shutdown:  # restarting from an older checkpoint would silently roll back
             self._fail("runner", "a rollout worker died and --env_fault_policy=restart could not restart: the "
@@ -334,8 +333,8 @@ class Runner(Component):
 
     def _emit(self, signal_: Signal, *args, route: int | None = None) -> None:
         """The runner's emits must not hang: a component killed mid-put leaves a queue locked for good
-        (see Routing.emit_bounded); a receiver behind it is killed by _stop_processes instead. `route`: the
-        policy a routed signal is for."""
+        (see Routing.emit_bounded); a receiver behind it is killed by Topology.stop_processes instead.
+        `route`: the policy a routed signal is for."""
         if self.serial:  # one process: nothing can die holding a lock
             if isinstance(signal_, RoutedSignal) and route is not None:
                 signal_.emit_to(self, route, *args)
@@ -358,15 +357,7 @@ class Runner(Component):
             log.warning("could not save a checkpoint after the failure")
 
     def _stop_processes(self) -> None:
-        deadline = time.time() + SHUTDOWN_GRACE_SEC
-        for proc in self.topology.processes:
-            if proc.is_alive():
-                proc.join(timeout=max(0.0, deadline - time.time()))
-        for proc in self.topology.processes:
-            if proc.is_alive():  # components ignore SIGTERM (see component.configure_process): kill
-                log.warning("%s did not stop in %.0fs: killing it", proc.name, SHUTDOWN_GRACE_SEC)
-                proc.kill()
-                proc.join(timeout=2.0)
+        self.topology.stop_processes(SHUTDOWN_GRACE_SEC, self.cfg.heartbeat_timeout)
 
     def _close(self) -> None:
         if self.progress is not None:
@@ -388,13 +379,7 @@ class Runner(Component):
         self.experiment.write_summary(summary)
         if self.last_checkpoint:
             log.info("last checkpoint: %s", self.last_checkpoint)
-        self._close_processes()
-
-    def _close_processes(self) -> None:
-        for proc in self.topology.processes:
-            with contextlib.suppress(ValueError):  # never started
-                proc.close()
-
+        self.topology.close_processes()
 
 def _died(proc) -> str:  # a ComponentProcess (death_hint: its likely cause) or a learner rank's process
     return f"process {proc.name} (pid {proc.pid}) died with exit code {proc.exitcode}" + getattr(proc, "death_hint", "")

@@ -11,11 +11,13 @@ Every connection is made here, before any process starts (signal-slot-mp require
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
 import queue
 import sys
+import time
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from typing import Callable
@@ -64,6 +66,35 @@ class Topology:
         0's next collective raises."""
         return next((p for p in self.processes if p.name.startswith(learner_group.RANK_PREFIX) and not p.is_alive()
                      and p.exitcode != 0), None)
+
+    def stop_processes(self, grace: float, heartbeat_timeout: float) -> None:
+        """Wait up to `grace` seconds for every process to stop (the learner saves first), then kill what is
+        left. A process with a stalled heartbeat is stuck in a slot (an env that never returns) and cannot
+        stop: it is not waited for, but still outlives the others, so nothing it shares goes from under them."""
+        stuck = self.stuck_processes(heartbeat_timeout)
+        deadline = time.time() + grace
+        for proc in self.processes:
+            if proc.is_alive() and proc.name not in stuck:
+                proc.join(timeout=max(0.0, deadline - time.time()))
+        for proc in self.processes:
+            if proc.is_alive():  # components ignore SIGTERM (see component.configure_process): kill
+                if proc.name in stuck:
+                    log.warning("%s is stuck (no heartbeat): killing it", proc.name)
+                else:
+                    log.warning("%s did not stop in %.0fs: killing it", proc.name, grace)
+                proc.kill()
+                proc.join(timeout=2.0)
+
+    def stuck_processes(self, heartbeat_timeout: float) -> set[str]:
+        if self.control is None or self.control.heartbeats is None:  # serial mode: no processes to be stuck
+            return set()
+        stalled = self.control.heartbeats.stalled(heartbeat_timeout)
+        return {self.host[name].name for name, _, _ in stalled if name in self.host}
+
+    def close_processes(self) -> None:
+        for proc in self.processes:
+            with contextlib.suppress(ValueError):  # never started
+                proc.close()
 
 
 @dataclass

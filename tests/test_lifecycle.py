@@ -1,6 +1,7 @@
 """Checkpoints, resume after kill -9, interrupt saves, env-fault policies, stalls, plots."""
 
 import os
+import re
 import signal
 import textwrap
 import time
@@ -175,6 +176,11 @@ def test_hung_env_is_named_by_heartbeat(tmp_path):
     assert result.returncode == 1, output[-3000:]
     assert "no heartbeat for" in output and "its last activity: stepping envs" in output
     assert "rollout_worker_" in output
+    # a stuck worker cannot stop: it is killed once the others have, without waiting out the grace period,
+    # and the learner's checkpoint is saved first
+    assert re.search(r"rollout_worker_\d_proc is stuck \(no heartbeat\): killing it", output), output[-3000:]
+    assert "did not stop in" not in output, output[-3000:]
+    assert "last checkpoint: " in output
     assert seconds < 45
 
 

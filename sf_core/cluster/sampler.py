@@ -195,12 +195,7 @@ class Sampler:
         if self.thread.is_alive():
             self.host.shut_down()
             self.thread.join(timeout=STOP_GRACE_SEC)
-        deadline = time.monotonic() + STOP_GRACE_SEC
-        for proc in self.host.topology.processes:
-            proc.join(timeout=max(0.0, deadline - time.monotonic()))
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=2.0)
+        self.host.topology.stop_processes(STOP_GRACE_SEC, self.host.cfg.heartbeat_timeout)
         self.host.release_lock_name()
 
 
