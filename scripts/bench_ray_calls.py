@@ -22,6 +22,7 @@ import queue
 import sys
 import threading
 import time
+from typing import Callable
 
 import numpy as np
 import psutil
@@ -56,7 +57,7 @@ def cpu_seconds(process: psutil.Process) -> float:
     return times.user + times.system
 
 
-def timed(actor_process: psutil.Process, take_one, seconds: float) -> tuple[float, float, float]:
+def timed(actor_process: psutil.Process, take_one: Callable[[], None], seconds: float) -> tuple[float, float, float]:
     """Shards a second, and the actor's and the driver's CPU in % of a core, while take_one runs."""
     me = psutil.Process()
     actor0, driver0, began = cpu_seconds(actor_process), cpu_seconds(me), time.time()
@@ -69,7 +70,7 @@ def timed(actor_process: psutil.Process, take_one, seconds: float) -> tuple[floa
             (cpu_seconds(me) - driver0) / elapsed * 100)
 
 
-def run_calls(actor, weights, process, seconds):
+def run_calls(actor, weights: np.ndarray, process: psutil.Process, seconds: float) -> tuple[float, float, float]:
     import ray
 
     pending = [actor.next_shard.remote(weights) for _ in range(IN_FLIGHT)]
@@ -83,7 +84,7 @@ def run_calls(actor, weights, process, seconds):
     return timed(process, take_one, seconds)
 
 
-def run_generator(actor, weights, process, seconds):
+def run_generator(actor, weights: np.ndarray, process: psutil.Process, seconds: float) -> tuple[float, float, float]:
     import ray
 
     shards = actor.stream.options(_generator_backpressure_num_objects=IN_FLIGHT).remote(weights)
@@ -92,7 +93,7 @@ def run_generator(actor, weights, process, seconds):
     return timed(process, lambda: ray.get(next(shards), timeout=30), seconds)
 
 
-def run_compiled(actor, weights, process, seconds):
+def run_compiled(actor, weights: np.ndarray, process: psutil.Process, seconds: float) -> tuple[float, float, float]:
     import ray
     from ray.dag import InputNode
 
