@@ -381,5 +381,6 @@ class Runner(Component):
             log.info("last checkpoint: %s", self.last_checkpoint)
         self.topology.close_processes()
 
+
 def _died(proc) -> str:  # a ComponentProcess (death_hint: its likely cause) or a learner rank's process
     return f"process {proc.name} (pid {proc.pid}) died with exit code {proc.exitcode}" + getattr(proc, "death_hint", "")
