@@ -234,7 +234,7 @@ class Config:
     torch_threads: int = flag(1, "system", "torch threads per component process in async mode (1 is best when processes ≥ cores).")
     mp_start_method: str = flag(
         "auto", "system", "multiprocessing start method for component processes. auto: fork on Linux with a CPU device "
-        "(fastest start), forkserver on Linux with a GPU (CUDA cannot be forked; torch imported once), spawn elsewhere.",
+        "(fastest start); forkserver on Linux with a GPU or in a cluster sampler (neither CUDA nor Ray's threads survive a fork; torch imported once); spawn elsewhere.",
         choices=("auto", "spawn", "forkserver", "fork"))
     # not a flag: the flags parse_args fitted to the machine, as neither typed nor preset (sf_core/machine_fit.py)
     machine_fit: list[str] = field(default_factory=list, metadata={"group": "system", "cli": False})

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -124,10 +125,9 @@ class Sampler:
 
         setup_logging()  # the node's log lines reach the driver's console through Ray, prefixed with the actor
         self.spec, self.node = spec, ray.get_runtime_context().get_node_id()
-        # no fork inside a Ray worker (it runs threads); a sampler never trains, writes no files
+        # a sampler never trains, writes no files
         cfg = replace(with_service_share(refit_on_node(spec.cfg), spec.count), ray_address="", num_learners=1,
-                      mp_start_method="spawn" if spec.cfg.mp_start_method in ("auto", "fork") else
-                      spec.cfg.mp_start_method)
+                      mp_start_method=sampler_start_method(spec.cfg.mp_start_method))
         self.outbox: queue.Queue = queue.Queue(maxsize=cfg.shards_in_flight * cfg.num_policies)
         take_niceness(spec.niceness)  # before the processes start: they inherit it
         self.host = SamplerHost(cfg)
@@ -224,6 +224,14 @@ def with_service_share(cfg: Config, samplers: int) -> Config:
     return replace(cfg, num_envs_per_worker=share, worker_num_splits=splits)
 
 
+def sampler_start_method(requested: str) -> str:
+    """No fork inside a Ray worker: it runs threads. On Linux a forkserver instead (a fresh process that
+    imports torch once and forks every component from there), not spawn (which imports it in each)."""
+    if requested not in ("auto", "fork"):
+        return requested
+    return "forkserver" if sys.platform.startswith("linux") else "spawn"
+
+
 def take_niceness(niceness: int, quiet: bool = False) -> None:
     """The calling thread (and the processes it starts) at `niceness`. Ray starts every worker at nice 15
     (RAY_worker_niceness) so that its own daemons stay responsive; for a sampler that is the node's whole
@@ -242,7 +250,7 @@ def take_niceness(niceness: int, quiet: bool = False) -> None:
 
 
 def _unlink(lock) -> None:
-    """Under spawn, the weights lock is a named semaphore in /dev/shm that only multiprocessing's resource
+    """Under a forkserver or spawn, the weights lock is a named semaphore in /dev/shm that only multiprocessing's resource
     tracker unlinks at exit, and Ray kills the tracker with the actor. Its name is unlinked as soon as every
     process has opened it (SamplerHost.check), or else when the sampler stops (the driver waits for that,
     ingest.STOP_TIMEOUT_SEC, even for a sampler stopped while its processes were still starting)."""
