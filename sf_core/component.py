@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import gc
 import logging
 import os
 import pickle
@@ -256,6 +257,7 @@ class ComponentProcess(EventLoopProcess):
         for t in threads:
             if t.ident is not None:  # started: the loop may have died before its start signal
                 t.join(timeout=5.0)
+        gc.freeze()  # a spawned process exits through the interpreter's teardown: see cli.exit_process
 
 
 class ThreadStarter(EventLoopObject):

@@ -21,6 +21,7 @@ import numpy as np
 
 from envs.multi_agent import is_multi_agent
 from envs.registry import EnvContext, EnvNotFoundError, registry_snapshot
+from sf_core.cli import exit_process
 from sf_core.cli.train import setup_logging
 from sf_core.arguments import BOOL_EPILOG, _Parser, add_bool_argument
 from sf_core.config import ConfigError
@@ -177,4 +178,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -14,6 +14,7 @@ from typing import Sequence
 import gymnasium as gym
 import zmq
 
+from sf_core.cli import exit_process
 from sf_core.arguments import BOOL_EPILOG, add_bool_argument
 from sf_core.service.env_server import EnvServer
 from sf_core.service.protocol import ProtocolError
@@ -67,4 +68,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -11,6 +11,7 @@ import os
 import sys
 from typing import Sequence
 
+from sf_core.cli import exit_process
 from sf_core.arguments import BOOL_EPILOG, add_bool_argument
 from sf_core.logs import setup_logging
 from sf_core.service.eval_plan import make_plan
@@ -90,4 +91,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -12,6 +12,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Sequence
 
+from sf_core.cli import exit_process
 from sf_core.arguments import _Parser
 from sf_core.config import ConfigError
 from sf_core.experiment import load_config
@@ -137,4 +138,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

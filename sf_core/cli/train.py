@@ -10,6 +10,7 @@ from typing import Sequence
 
 from envs.registry import EnvNotFoundError
 from sf_core import logs
+from sf_core.cli import exit_process
 from sf_core.component import quiet_signal_slot_logs
 from sf_core.config import ConfigError
 from sf_core.arguments import build_parser, parse_args
@@ -57,4 +58,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

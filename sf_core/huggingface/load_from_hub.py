@@ -16,6 +16,7 @@ import shutil
 import sys
 from typing import Sequence
 
+from sf_core.cli import exit_process
 from sf_core.cli.train import setup_logging
 from sf_core.config import ConfigError
 from sf_core.arguments import _Parser
@@ -75,4 +76,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -18,6 +18,7 @@ import tempfile
 from typing import Sequence
 
 from sf_core import checkpoint
+from sf_core.cli import exit_process
 from sf_core.cli.train import setup_logging
 from sf_core.arguments import _Parser, add_bool_argument
 from sf_core.config import Config, ConfigError
@@ -160,4 +161,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())
