@@ -218,6 +218,17 @@ def test_a_lost_learner_rank_stops_the_run_naming_it_and_the_learner_saves(tmp_p
     assert summary["last_checkpoint"] and summary["frames"] >= result["rank_killed_at_frames"], summary
 
 
+def test_a_sampler_never_forks_its_processes():
+    """A Ray worker runs threads, which a fork would copy mid-flight: a sampler's processes come from a
+    forkserver on Linux (torch imported once for all of them), by spawn elsewhere, whatever the flag says."""
+    from sf_core.cluster.sampler import sampler_start_method
+
+    linux = sys.platform.startswith("linux")
+    for requested in ("auto", "fork"):
+        assert sampler_start_method(requested) == ("forkserver" if linux else "spawn")
+    assert sampler_start_method("spawn") == "spawn" and sampler_start_method("forkserver") == "forkserver"
+
+
 def test_bad_cluster_flags_exit_with_one_message(tmp_path):
     common = ["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=bad"]
     nobody = launch.run([*common, "--ray_address=127.0.0.1:1"], timeout=60)

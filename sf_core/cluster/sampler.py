@@ -250,10 +250,11 @@ def take_niceness(niceness: int, quiet: bool = False) -> None:
 
 
 def _unlink(lock) -> None:
-    """Under a forkserver or spawn, the weights lock is a named semaphore in /dev/shm that only multiprocessing's resource
-    tracker unlinks at exit, and Ray kills the tracker with the actor. Its name is unlinked as soon as every
-    process has opened it (SamplerHost.check), or else when the sampler stops (the driver waits for that,
-    ingest.STOP_TIMEOUT_SEC, even for a sampler stopped while its processes were still starting)."""
+    """Under a forkserver or spawn, the weights lock is a named semaphore in /dev/shm that only
+    multiprocessing's resource tracker unlinks at exit, and Ray kills the tracker with the actor. Its name is
+    unlinked as soon as every process has opened it (SamplerHost.check), or else when the sampler stops (the
+    driver waits for that, ingest.STOP_TIMEOUT_SEC, even for a sampler stopped while its processes were still
+    starting)."""
     name = getattr(getattr(lock, "_semlock", None), "name", None)
     if name is None:  # serial mode, or a lock unlinked at creation
         return
