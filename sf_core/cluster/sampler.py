@@ -15,7 +15,6 @@ import contextlib
 import logging
 import os
 import queue
-import sys
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -32,7 +31,7 @@ from sf_core.config import Config
 from sf_core.logs import setup_logging
 from sf_core.machine_fit import refit_on_node
 from sf_core.signals import SHARD_TAKEN, STOP, Report
-from sf_core.wiring import Setup, Topology, build_components, check_user_code, initial_model
+from sf_core.wiring import Setup, Topology, build_components, check_user_code, initial_model, start_method
 from signal_slot.signal_slot import EventLoop, Timer
 
 log = logging.getLogger("sf_core")
@@ -225,11 +224,11 @@ def with_service_share(cfg: Config, samplers: int) -> Config:
 
 
 def sampler_start_method(requested: str) -> str:
-    """No fork inside a Ray worker: it runs threads. On Linux a forkserver instead (a fresh process that
-    imports torch once and forks every component from there), not spawn (which imports it in each)."""
-    if requested not in ("auto", "fork"):
-        return requested
-    return "forkserver" if sys.platform.startswith("linux") else "spawn"
+    """The machine's own rule (wiring.start_method), but no fork inside a Ray worker: it runs threads. Where
+    that rule forks, a forkserver instead (a fresh process that imports torch once and forks every component
+    from there), not spawn (which imports it in each)."""
+    method = start_method(requested, "cpu")
+    return "forkserver" if method == "fork" else method
 
 
 def take_niceness(niceness: int, quiet: bool = False) -> None:
