@@ -16,7 +16,7 @@ setup(
         "tensorboard>=2.10",
         "pyzmq>=25",  # env services (sf_core/env_server.py, sf_core/service/remote_env.py)
         "pyyaml>=6",  # --env_service YAML files
-        "tqdm>=4.66",  # the console progress bar (sf_core/progress.py)
+        "tqdm>=4.66",  # the console progress bar (sf_core/run/progress.py)
         "cloudpickle>=3.0",  # user code (lambdas, closures, notebook functions) sent to worker processes by value
     ],
     extras_require={

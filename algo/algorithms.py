@@ -2,7 +2,7 @@
 
 An algorithm is a list of nodes plus, optionally, extra models it calls (a frozen reference policy,
 a reward model). The learner provides the trainable `actor_critic` and a batch whose keys are the
-sample fields (`sf_core/sample.py`: obs, actions, log_prob, behaviour_values, rewards, ...); everything
+sample fields (`sf_core/contracts/sample.py`: obs, actions, log_prob, behaviour_values, rewards, ...); everything
 else is produced by nodes. A builder takes the typed hyperparameters (`algo.params.LearningParams`).
 """
 
@@ -17,7 +17,8 @@ import torch
 from algo import nodes as n
 from algo.graph import ModelSlot, Node
 from algo.params import LearningParams
-from sf_core.user_code import user_code
+from sf_core.common.user_code import user_code
+from sf_core.config import Config, ConfigError, register_check
 
 
 @dataclass
@@ -111,3 +112,10 @@ def algorithm_builder(name: str) -> AlgorithmBuilder:
 
 def known_algorithms() -> list[str]:
     return sorted(_ALGORITHMS)
+
+
+@register_check
+def check_algo(cfg: Config) -> None:
+    if cfg.algo not in _ALGORITHMS:
+        raise ConfigError(f"unknown --algo={cfg.algo!r}; known: {', '.join(known_algorithms())} "
+                          f"(register others with algo.algorithms.register_algorithm)")

@@ -27,7 +27,7 @@ from algo.activations import ACTIVATIONS
 from algo.mlp import mlp
 
 if TYPE_CHECKING:
-    from algo.model import ModelSpec
+    from algo.model_spec import ModelSpec
 
 AUTO = "auto"
 SMALL_STRIDE_MIN_SIDE = 8  # a side this long or longer is halved by the next small-input conv

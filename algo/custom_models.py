@@ -22,14 +22,14 @@ Factories (a class or a function) take:
 `--core_custom`, `--decoder_custom`. The trainer resolves the name in the process that parses the
 flags and hands the factory itself to every component, so registering at the top of your training
 script (or in a notebook cell) is enough in every start method: a lambda, a closure or a class defined
-in a notebook travels to the worker processes by value (sf_core/user_code.py).
+in a notebook travels to the worker processes by value (sf_core/common/user_code.py).
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from sf_core.user_code import user_code
+from sf_core.common.user_code import user_code
 
 KINDS = ("encoder", "core", "decoder")
 _FACTORIES: dict[str, dict[str, Callable]] = {kind: {} for kind in KINDS}

@@ -74,7 +74,7 @@ class Context:
     on_minibatch: Callable[[], None] = lambda: None
     policy_index: int = 0  # which of --num_policies this learner trains
     extra: dict[str, Any] = field(default_factory=dict)
-    # A learner group (--num_learners, sf_core/learner_group.py): every rank trains on its share of the
+    # A learner group (--num_learners, sf_core/learning/group/): every rank trains on its share of the
     # batch and all must remain one model. A train_step averages its gradients over the ranks between
     # backward and clipping, and statistics of the data (the normalizers) fold in every rank's share through
     # `gather`. One learner: a no-op, and None.

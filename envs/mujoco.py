@@ -1,7 +1,7 @@
 """MuJoCo locomotion envs (gymnasium[mujoco], v5 ids): plain `gymnasium.make`, plus video-friendly rendering.
 
 Training needs nothing special: `--env=HalfCheetah-v5` (or Hopper-v5, Walker2d-v5, Ant-v5, Humanoid-v5)
-is made with `gymnasium.make` and gets its preset from `sf_core/presets.py`. When an env is made with
+is made with `gymnasium.make` and gets its preset from `sf_core/run/presets.py`. When an env is made with
 `render_mode="rgb_array"` (`sf_core.enjoy --save_video=True`), this factory
 
 - picks the model's `track` camera, which follows the body (the v5 default camera of HalfCheetah and

@@ -8,7 +8,7 @@ anything else to `gymnasium.make`.
 
 Worker processes do not inherit module globals under the `spawn` start method, so the runner takes a
 snapshot of the registry (`registry_snapshot`) and ships it to every component; workers build envs
-from that snapshot, never from the global. Factories travel as `sf_core.user_code.UserCode`, so a
+from that snapshot, never from the global. Factories travel as `sf_core.common.user_code.UserCode`, so a
 lambda, a closure or a notebook's function works as well as a module-level function.
 """
 
@@ -23,8 +23,8 @@ from envs.mujoco import is_mujoco_name, make_mujoco_env
 from envs.nim import make_nim
 
 if TYPE_CHECKING:
+    from sf_core.common.user_code import UserCode
     from sf_core.config import Config
-    from sf_core.user_code import UserCode
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class EnvRegistry:
 
     def register(self, name: str, factory: EnvFactory) -> None:
         # imported here: sf_core's package imports this module, so a module-level import would be circular
-        from sf_core.user_code import user_code
+        from sf_core.common.user_code import user_code
 
         if not callable(factory):
             raise TypeError(f"register_env({name!r}, ...): factory must be callable, got {type(factory)}")

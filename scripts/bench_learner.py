@@ -26,7 +26,7 @@ from algo.graph import Context, GraphExecutor, ModelSlot, build_graph  # noqa: E
 from algo.model import ActorCritic, ModelSpec  # noqa: E402
 from algo.params import LearningParams  # noqa: E402
 from sf_core.config import Config  # noqa: E402
-from sf_core.sample import BATCH_KEYS, SampleSpaces, batch_tensors  # noqa: E402
+from sf_core.contracts.sample import BATCH_KEYS, SampleSpaces, batch_tensors  # noqa: E402
 
 
 def synthetic_batch(T: int, N: int, obs_dim: int, n_actions: int) -> dict[str, torch.Tensor]:

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from sf_core.arguments import parse_args  # noqa: E402
+from sf_core.cli.arguments import parse_args  # noqa: E402
 from sf_core.cluster.placement import INLINE_RETURN_BYTES, sampler_options  # noqa: E402
 
 RAY_DEFAULT_INLINE = 100 * 1024

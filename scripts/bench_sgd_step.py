@@ -31,8 +31,8 @@ from algo.model import ActorCritic, ModelSpec, autocast, store_weights_in_bfloat
 from algo.nodes import _ppo_policy_loss, _sgd_step  # noqa: E402
 from algo.params import LearningParams  # noqa: E402
 from envs.registry import EnvContext, registry_snapshot  # noqa: E402
-from sf_core.component import reuse_freed_memory  # noqa: E402
-from sf_core.arguments import add_bool_argument, parse_args  # noqa: E402
+from sf_core.cli.arguments import add_bool_argument, parse_args  # noqa: E402
+from sf_core.contracts.component import reuse_freed_memory  # noqa: E402
 
 
 def best_ms(fn, repeats: int = 3, calls: int = 5) -> float:

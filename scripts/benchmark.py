@@ -72,7 +72,7 @@ DEFAULT_PHASES = ("raw", "sampling", "training", "sf")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sf_core.arguments import add_bool_argument
+    from sf_core.cli.arguments import add_bool_argument
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="CartPole-v1", help="gymnasium id (or name registered with sf_core)")
@@ -129,8 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def resolve_config(args: argparse.Namespace) -> tuple[list[str], list[str], Config]:
     """Our trainer's flags from the benchmark's, and the config they resolve to (presets included)."""
+    from sf_core.cli.arguments import parse_args
     from sf_core.config import ConfigError
-    from sf_core.arguments import parse_args
 
     cfg_argv = [f"--env={args.env}"]
     for name in ("num_workers", "num_envs_per_worker", "worker_num_splits", "rollout", "batch_size"):

@@ -14,11 +14,11 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from algo.algorithms import algorithm_builder, known_algorithms  # noqa: E402
-from algo.params import LearningParams  # noqa: E402
-from sf_core.sample import BATCH_KEYS  # noqa: E402
 from algo.graph import build_graph  # noqa: E402
+from algo.params import LearningParams  # noqa: E402
+from sf_core.cli.arguments import add_bool_argument  # noqa: E402
 from sf_core.config import Config  # noqa: E402
-from sf_core.arguments import add_bool_argument  # noqa: E402
+from sf_core.contracts.sample import BATCH_KEYS  # noqa: E402
 
 COLORS = {"inference": "#9ecae1", "compute": "#e0e0e0", "train_step": "#fdae6b", "batch": "#c7e9c0"}
 

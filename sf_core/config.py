@@ -1,6 +1,6 @@
 """Every command-line flag, defined once: type, default, group and help.
 
-The `Config` dataclass is the schema, with its validation; `sf_core/arguments.py` turns it into the
+The `Config` dataclass is the schema, with its validation; `sf_core/cli/arguments.py` turns it into the
 command line. Flag names follow Sample Factory 2 where the concept is the same, so existing command
 lines carry over.
 """
@@ -12,7 +12,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 GROUPS = ("experiment", "env", "rollout", "learning", "policies", "model", "logging", "system", "cluster")
 
@@ -76,7 +76,7 @@ class Config:
         "for this many seconds; until then they wait while the other workers train.")
 
     # --- rollout
-    num_workers: int = flag(max(1, os.cpu_count() or 1), "rollout", "Rollout worker processes (on a cluster, per node). Untyped: one per usable core (sf_core/machine_fit.py).")
+    num_workers: int = flag(max(1, os.cpu_count() or 1), "rollout", "Rollout worker processes (on a cluster, per node). Untyped: one per usable core (sf_core/machine/fit.py).")
     num_envs_per_worker: int = flag(8, "rollout", "Envs each rollout worker steps. Untyped and not set by a preset: 8, or 16 with a GPU.")
     worker_num_splits: int = flag(
         2, "rollout", "Groups a worker's envs are split into; one group steps while another waits for actions."
@@ -138,7 +138,7 @@ class Config:
         "auto", "policies", "Which policy controls which agent, chosen at each episode start: random (each agent "
         "of each env draws a policy), spread (env k of E always plays policy k * num_policies // E: contiguous "
         "blocks, so a split serves one policy), or a name registered with "
-        "sf_core.policy_mapping.register_policy_mapping. auto: random for multi-agent envs, spread otherwise.")
+        "sf_core.sampling.policy_mapping.register_policy_mapping. auto: random for multi-agent envs, spread otherwise.")
     policy_processes: str = flag(
         "auto", "policies", "Async mode with several policies. own: every inference worker and learner in a process "
         "of its own. shared: inference worker i of every policy on one event loop in one process, and every learner "
@@ -236,7 +236,7 @@ class Config:
         "auto", "system", "multiprocessing start method for component processes. auto: fork on Linux with a CPU device "
         "(fastest start); forkserver on Linux with a GPU or in a cluster sampler (neither CUDA nor Ray's threads survive a fork; torch imported once); spawn elsewhere.",
         choices=("auto", "spawn", "forkserver", "fork"))
-    # not a flag: the flags parse_args fitted to the machine, as neither typed nor preset (sf_core/machine_fit.py)
+    # not a flag: the flags parse_args fitted to the machine, as neither typed nor preset (sf_core/machine/fit.py)
     machine_fit: list[str] = field(default_factory=list, metadata={"group": "system", "cli": False})
     heartbeat_timeout: float = flag(60.0, "system", "Seconds a component may go without a heartbeat before the run stops, naming it.")
     sampling_only: bool = flag(False, "system", "Benchmarking: sample with inference but skip SGD (no learning).")
@@ -307,27 +307,12 @@ class Config:
                 f"(the learner trains on whole trajectories)"
             )
         self._validate_recurrence()
-        if self.num_learners > 1:  # what a learner group needs is checked where it is built
-            from sf_core.learner_group import check_flags
-
-            check_flags(self)
         self._validate_policies()
         for name in ("encoder_mlp_layers", "encoder_conv_mlp_layers", "decoder_mlp_layers"):
             if any(size < 1 for size in getattr(self, name)):
                 raise ConfigError(f"--{name} must be positive sizes, got {getattr(self, name)}")
-        from algo.algorithms import known_algorithms
-
-        if self.algo not in known_algorithms():
-            raise ConfigError(f"unknown --algo={self.algo!r}; known: {', '.join(known_algorithms())} "
-                              f"(register others with algo.algorithms.register_algorithm)")
-        if self.env_service:
-            from sf_core.service.endpoints import check_training_flags
-
-            check_training_flags(self)
-        if self.ray_address:
-            from sf_core.cluster.flags import check_cluster_flags
-
-            check_cluster_flags(self)
+        for check in _CHECKS:
+            check(self)
 
     def _validate_recurrence(self) -> None:
         if self.recurrence == 0 or self.recurrence < -1:
@@ -378,13 +363,22 @@ class Config:
         if self.num_policies > 1 and not self.async_rl:
             raise ConfigError("--async_rl=False trains one policy: with several, a trajectory slot holds rows of "
                               "several policies and cannot wait for all of their learners; use --async_rl=True")
-        if self.with_pbt:
-            from sf_core.pbt import check_pbt_flags
-
-            check_pbt_flags(self)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+
+# A feature checks its own flags: its module registers the check when imported, so this module imports no
+# feature. sf_core.cli.arguments.parse_args imports every such module before it validates.
+_CHECKS: list[Callable[[Config], None]] = []
+
+
+def register_check(check: Callable[[Config], None]) -> Callable[[Config], None]:
+    """Add `check` to what `Config.validate` runs (after the checks of this module); it raises ConfigError.
+    Usable as a decorator. A check registered twice runs once."""
+    if check not in _CHECKS:
+        _CHECKS.append(check)
+    return check
 
 
 def default(name: str) -> Any:

@@ -95,9 +95,9 @@ class EnvServerProcess:
 def final_returns(experiment_path, episodes: int = 8) -> list[float]:
     """Each policy's last checkpoint played deterministically on CartPole: its mean return."""
     from algo.model import ModelSpec
-    from sf_core import checkpoint
-    from sf_core.experiment import load_config
-    from sf_core.policy import PolicyCheckpoint
+    from sf_core.evaluation.policy import PolicyCheckpoint
+    from sf_core.records import checkpoint
+    from sf_core.records.experiment import load_config
 
     cfg = load_config(str(experiment_path))
     import gymnasium as gym

@@ -13,8 +13,8 @@ import torch
 from algo.model import ActorCritic, ModelSpec
 from algo.observations import ObsWriter, obs_storage
 from envs.registry import EnvContext, registry_snapshot
-from sf_core import checkpoint
 from sf_core.config import Config
+from sf_core.records import checkpoint
 
 
 def record(env, steps: int, seed: int = 0) -> tuple[list, np.ndarray]:

@@ -11,7 +11,8 @@ import gymnasium as gym
 import numpy as np
 
 from envs.memory import MemoryCueEnv
-from sf_core import register_env, register_task_runner
+from sf_core import register_env
+from sf_core import register_task_runner
 
 _built: Counter = Counter()  # instances built per index in this server process (restores rebuild)
 

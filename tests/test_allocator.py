@@ -16,7 +16,7 @@ import json, resource, sys
 import psutil, torch
 torch.set_num_threads(1)
 if sys.argv[1] == "tuned":
-    from sf_core.component import reuse_freed_memory
+    from sf_core.contracts.component import reuse_freed_memory
     reuse_freed_memory()
 faults, rss = [], []
 for _ in range(20):  # like a training loop: the same big batch, plus smaller temporaries, again and again

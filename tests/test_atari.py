@@ -13,8 +13,8 @@ import pytest
 import ale_py  # noqa: F401  (fail loudly if the atari extra is not installed)
 from envs.atari import AreaResize, _area_matrix, ale_id
 from envs.registry import EnvContext, EnvNotFoundError, make_env
-from sf_core.arguments import parse_args
-from sf_core.presets import preset_for
+from sf_core.cli.arguments import parse_args
+from sf_core.run.presets import preset_for
 from tests.helpers import train
 
 

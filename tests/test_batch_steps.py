@@ -120,11 +120,11 @@ def test_a_late_slot_does_not_hold_back_the_workers_other_splits(slow_server):
     """Four splits of one env each, one on the hanging instance: the three others step (concurrently,
     in about one step time) while it waits; it gives up after --env_service_timeout, drops its
     trajectory and waits for a healthy slot, and its late reply is never mistaken for a new one."""
-    from sf_core.arguments import parse_args
-    from sf_core.buffers import BufferLayout, TrajectoryBuffers
-    from sf_core.rollout_worker import RolloutWorker
-    from sf_core.sample import SampleSpaces
-    from sf_core.signals import ENVS_STEPPED, REPORT
+    from sf_core.cli.arguments import parse_args
+    from sf_core.contracts.buffers import BufferLayout, TrajectoryBuffers
+    from sf_core.contracts.sample import SampleSpaces
+    from sf_core.contracts.signals import ENVS_STEPPED, REPORT
+    from sf_core.sampling.rollout_worker import RolloutWorker
     from signal_slot.signal_slot import EventLoop
 
     cfg, _ = parse_args(["--env=Slow-v0", f"--env_service=127.0.0.1:{slow_server.port}*4", "--num_workers=1",
@@ -210,7 +210,7 @@ def test_each_owner_gets_its_own_in_process_server():
 
 
 def test_skip_mode_names_the_env_being_trained():
-    from sf_core.arguments import parse_args
+    from sf_core.cli.arguments import parse_args
     from sf_core.config import ConfigError
 
     for value, message in (("skip:Pendulum-v1", "serves 'Pendulum-v1', but --env=CartPole-v1"),

@@ -99,9 +99,9 @@ def test_unusable_sf_python_fails_only_that_phase(tmp_path):
 
 def write_running_summary(tmp_path, frames: int, trained: int, elapsed: float) -> str:
     """training_summary.json as the trainer writes it while running (its own stats and writer)."""
-    from sf_core.arguments import parse_args
-    from sf_core.experiment import Experiment
-    from sf_core.stats import TrainingStats
+    from sf_core.cli.arguments import parse_args
+    from sf_core.records.experiment import Experiment
+    from sf_core.run.stats import TrainingStats
 
     cfg, _ = parse_args(["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=e"])
     experiment = Experiment(cfg)
@@ -218,7 +218,7 @@ def test_sample_factory_status_line_and_command():
     assert parse("[2023-06-19 08:22:20,123][01234] Collected {0: 40960}, FPS: 3512.5", 21.0, w) is None
     assert w.extra["sf_final_fps"] == 3512.5
 
-    from sf_core.arguments import parse_args
+    from sf_core.cli.arguments import parse_args
 
     cfg, _ = parse_args(["--env=CartPole-v1", "--num_workers=3", "--encoder_mlp_layers", "256", "128"])
     cmd = sample_factory.sf_command("/sf/bin/python", sample_factory.LAUNCHER, cfg,

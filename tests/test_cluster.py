@@ -176,7 +176,7 @@ def test_env_services_on_two_nodes_give_each_slot_to_one_worker(tmp_path):
 def test_env_service_slots_too_few_for_every_nodes_workers_are_refused_with_the_arithmetic():
     """What the ingest checks before it starts any sampler: 5 workers a node have enough slots on one node,
     not on two."""
-    from sf_core.arguments import parse_args
+    from sf_core.cli.arguments import parse_args
     from sf_core.cluster.sampler import with_service_share
     from sf_core.service.endpoints import ServiceConfigError
 
@@ -263,7 +263,7 @@ def test_a_sampler_and_its_processes_run_at_the_trainers_niceness_not_rays(tmp_p
 INLINE_PROBE = """
 import time
 import numpy as np, ray
-from sf_core.arguments import parse_args
+from sf_core.cli.arguments import parse_args
 from sf_core.cluster.placement import put_weights, sampler_options
 cfg, _ = parse_args(["--env=CartPole-v1"])
 ray.init(include_dashboard=False, logging_level="WARNING", num_cpus=2)

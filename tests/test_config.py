@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from sf_core.cli.arguments import parse_args
 from sf_core.config import Config, ConfigError
-from sf_core.arguments import parse_args
 
 
 def test_defaults_and_types():
@@ -66,7 +66,7 @@ def test_config_json_round_trip():
 def _entry_point_parsers():
     """Every command-line parser of sf_core, with the arguments it requires."""
     from sf_core.cli import enjoy, env_server, evaluate
-    from sf_core.arguments import build_parser
+    from sf_core.cli.arguments import build_parser
 
     return {"train": (build_parser(), []), "enjoy": (enjoy.build_parser(), ["--experiment=x"]),
             "evaluate": (evaluate.build_parser(), ["--tasks=t.jsonl", "--env_service=h:1*1"]),
@@ -75,7 +75,7 @@ def _entry_point_parsers():
 
 @pytest.mark.parametrize("entry_point", ["train", "enjoy", "evaluate", "env_server"])
 def test_every_boolean_flag_accepts_the_bare_form(entry_point):
-    from sf_core.arguments import BOOL_EPILOG, str2bool
+    from sf_core.cli.arguments import BOOL_EPILOG, str2bool
 
     parser, required = _entry_point_parsers()[entry_point]
     flags = [a for a in parser._actions if a.type is str2bool]
@@ -123,14 +123,14 @@ def test_every_boolean_argument_is_made_by_the_one_helper():
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
                 kwargs = {k.arg: ast.unparse(k.value) for k in node.keywords}
-                if (kwargs.get("type") == "str2bool" and path != "sf_core/arguments.py") or \
+                if (kwargs.get("type") == "str2bool" and path != "sf_core/cli/arguments.py") or \
                         kwargs.get("action", "").strip("'\"") in ("store_true", "store_false"):
                     found.append(f"{path}:{node.lineno} {ast.unparse(node)[:80]}")
     assert not found, "\n".join(found)
 
 
 def test_fork_with_a_gpu_is_refused_and_auto_takes_a_forkserver():
-    from sf_core.wiring import start_method
+    from sf_core.machine.wiring import start_method
 
     with pytest.raises(ConfigError, match="--mp_start_method=fork with --device=cuda:1: a forked process cannot use"):
         start_method("fork", "cuda:1")

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from sf_core import signals
-from sf_core.buffers import BufferLayout, DatasetBuffers, TrajectoryBuffers
 from sf_core.config import Config
-from sf_core.sample import (BATCH_KEYS, CARRIED, FIELDS, RowOrigin, RowRuleError, SampleSpaces, batch_tensors,
+from sf_core.contracts import signals
+from sf_core.contracts.buffers import BufferLayout, DatasetBuffers, TrajectoryBuffers
+from sf_core.contracts.sample import (BATCH_KEYS, CARRIED, FIELDS, RowOrigin, RowRuleError, SampleSpaces, batch_tensors,
                             check_request)
 
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
@@ -63,8 +63,8 @@ def test_requests_that_keep_the_rule_pass(row, origin, truncation):
 
 def _recurrent_inference_worker():
     from algo.model import ActorCritic, ModelSpec
-    from sf_core.buffers import NoLock, SharedWeights
-    from sf_core.inference_worker import InferenceWorker
+    from sf_core.contracts.buffers import NoLock, SharedWeights
+    from sf_core.sampling.inference_worker import InferenceWorker
     from signal_slot.signal_slot import EventLoop
 
     cfg = Config(env="x", num_workers=1, num_envs_per_worker=2, worker_num_splits=1, rollout=4, batch_size=8,

@@ -1,4 +1,4 @@
-"""The staging path a GPU's inference takes (sf_core/device_io.py), run on the CPU: pinned memory aside, the
+"""The staging path a GPU's inference takes (sf_core/sampling/device_io.py), run on the CPU: pinned memory aside, the
 same gathers, copies and buffer reuse, and an inference worker that acts through it writes what the direct
 path writes."""
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from sf_core.config import Config
-from sf_core.device_io import DeviceIO
-from sf_core.sample import RowOrigin
+from sf_core.contracts.sample import RowOrigin
+from sf_core.sampling.device_io import DeviceIO
 
 STAGED = DeviceIO("cpu", staged=True, pin=False)
 
@@ -49,9 +49,9 @@ def act_once(use_rnn: bool, io: DeviceIO | None = None, device: str = "cpu") -> 
     """One flush of two requests (a whole split after a step, another after a reset) by an inference worker on
     `device`, with its own DeviceIO or `io`; returns every field it writes."""
     from algo.model import ActorCritic, ModelSpec
-    from sf_core.buffers import BufferLayout, NoLock, SharedWeights, TrajectoryBuffers
-    from sf_core.inference_worker import InferenceWorker
-    from sf_core.sample import SampleSpaces
+    from sf_core.contracts.buffers import BufferLayout, NoLock, SharedWeights, TrajectoryBuffers
+    from sf_core.contracts.sample import SampleSpaces
+    from sf_core.sampling.inference_worker import InferenceWorker
     from signal_slot.signal_slot import EventLoop
 
     obs, actions = gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(3)

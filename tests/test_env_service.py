@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import zmq
 
+from sf_core.cli.arguments import parse_args
+from sf_core.config import ConfigError
+from sf_core.service.endpoints import ServiceConfigError, parse_service, worker_slice
 from sf_core.service.env_pool import EnvPool, PooledEnv, PoolTimeout, SlotLost
 from sf_core.service.remote_env import RemoteEnv, ServiceTimeout
-from sf_core.config import ConfigError
-from sf_core.arguments import parse_args
-from sf_core.service.endpoints import ServiceConfigError, parse_service, worker_slice
-from tests.helpers import EnvServerProcess, read_summary, wait_for
 from tests import launch
+from tests.helpers import EnvServerProcess, read_summary, wait_for
 
 
 # ------------------------------------------------------------------ configuration
@@ -263,10 +263,10 @@ def test_failed_slot_drops_the_unfinished_trajectory_and_the_split_waits_for_a_s
     the dead slot; it continues on its spare slot. With every slot dead it waits (parked) and reports it,
     and continues once a server is back."""
     from envs.registry import EnvRegistry
-    from sf_core.sample import SampleSpaces
-    from sf_core.signals import ENVS_STEPPED, NEW_TRAJECTORIES, REPORT
-    from sf_core.buffers import BufferLayout, TrajectoryBuffers
-    from sf_core.rollout_worker import RolloutWorker
+    from sf_core.contracts.buffers import BufferLayout, TrajectoryBuffers
+    from sf_core.contracts.sample import SampleSpaces
+    from sf_core.contracts.signals import ENVS_STEPPED, NEW_TRAJECTORIES, REPORT
+    from sf_core.sampling.rollout_worker import RolloutWorker
     from signal_slot.signal_slot import EventLoop
 
     a = EnvServerProcess(tmp_path, "TaggedCartPole-v1", 1, 0, "--seed=100").start()  # tag 1
@@ -435,9 +435,9 @@ def _make_snapshot_env(name, cfg, ctx):
 def test_server_instance_lifecycle_broken_until_restored():
     """In-process: an env that raises breaks only its own slot; restore uses the env's snapshot hook when
     the instance is healthy and rebuilds it when broken."""
-    from sf_core.service.protocol import pack
     from envs.registry import EnvRegistry
     from sf_core.service.env_server import EnvServer
+    from sf_core.service.protocol import pack
 
     def call(header, arrays=()):
         return json.loads(server.handle(pack(header, list(arrays)))[0])

@@ -409,8 +409,8 @@ def test_broker_leases_all_or_none_in_fifo_order_and_times_out_a_pool_without_he
     that needs two pools gets both slots or none, a later task never takes a slot an earlier waiting
     task needs (so the two-pool task is not starved by one-pool tasks), and a pool whose every slot
     failed fails the waiting task's attempt after --acquire_timeout, not before."""
+    from sf_core.evaluation.slot_broker import SlotBroker
     from sf_core.service.env_pool import EnvPool
-    from sf_core.service.slot_broker import SlotBroker
 
     pools = {"sim": EnvPool([("127.0.0.1:1", 0), ("127.0.0.1:1", 1)], timeout=0.5, recheck_interval=5.0),
              "reward": EnvPool([("127.0.0.1:2", 0)], timeout=0.5, recheck_interval=5.0)}

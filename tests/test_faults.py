@@ -8,8 +8,8 @@ from queue import Empty
 import psutil
 import pytest
 
-from tests.helpers import train
 from tests import launch
+from tests.helpers import train
 
 
 @pytest.mark.slow
@@ -242,9 +242,9 @@ def test_emit_gives_up_on_a_queue_left_locked():
     import ctypes
     import ctypes.util
 
+    from sf_core.contracts.component import Component, Routing
+    from sf_core.contracts.signals import Signal
     from signal_slot.signal_slot import EventLoop
-    from sf_core.component import Component, Routing
-    from sf_core.signals import Signal
 
     def _ping(value: int) -> None:
         """A test signal."""

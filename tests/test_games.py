@@ -10,8 +10,8 @@ import pytest
 from envs.multi_agent import MultiAgentEnv, is_multi_agent, num_agents
 from envs.nim import Nim, make_nim
 from envs.registry import EnvContext, EnvRegistry, make_env, registry_snapshot
-from sf_core.head_to_head import play_matches
-from sf_core.win_rates import WinRates
+from sf_core.evaluation.head_to_head import play_matches
+from sf_core.run.win_rates import WinRates
 from tests import launch
 
 CTX = EnvContext(worker_index=-1, env_index=-1, seed=0)
@@ -198,7 +198,7 @@ def test_four_policies_learn_nim21_log_their_win_rates_and_the_best_beats_random
     play wins all but 1 in 1458), and against a perfect player it must win the games it starts (perfect
     play against perfect play: half)."""
     from sf_core.cli.plot import read_scalars
-    from sf_core.policy import load_checkpoint
+    from sf_core.evaluation.policy import load_checkpoint
 
     trained = launch.run([f"--train_dir={tmp_path}", "--experiment=nim", "--env=nim21", "--seed=11",
                           "--num_policies=4", "--train_for_env_steps=400000"], timeout=180)

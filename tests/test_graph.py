@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from algo.algorithms import algorithm_builder, known_algorithms
-from algo.params import LearningParams
 from algo.graph import Context, GraphError, GraphExecutor, ModelSlot, Node, build_graph
-from sf_core.sample import BATCH_KEYS
-from tests.conftest import REPO
+from algo.params import LearningParams
+from sf_core.contracts.sample import BATCH_KEYS
 from tests import launch
+from tests.conftest import REPO
 
 
 def node(name, inputs, outputs, kind="compute", fn=None, model=None):

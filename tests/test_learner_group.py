@@ -15,13 +15,14 @@ import torch
 
 from algo.algorithms import algorithm_builder
 from algo.model import ActorCritic, ModelSpec
-from sf_core.arguments import parse_args
-from sf_core.buffers import NoLock, SharedWeights
+from sf_core.cli.arguments import parse_args
 from sf_core.config import Config, ConfigError
-from sf_core.learner import Trainer
-from sf_core.dataset_shares import ShareLayout, share_of
-from sf_core.learner_group import ADDRESS, STOP, TRAIN, Command, GroupSpec, free_port, plan
-from sf_core.sample import SampleSpaces, batch_tensors
+from sf_core.contracts.buffers import NoLock, SharedWeights
+from sf_core.contracts.sample import SampleSpaces, batch_tensors
+from sf_core.learning.dataset_shares import ShareLayout, share_of
+from sf_core.learning.group.link import STOP, TRAIN, Command, GroupSpec, plan
+from sf_core.learning.group.network import ADDRESS, free_port
+from sf_core.learning.learner import Trainer
 from tests import launch
 from tests.helpers import kill_9_once, read_summary, wait_for
 

@@ -8,8 +8,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from tests.helpers import read_summary, train
 from tests import launch
+from tests.helpers import read_summary, train
 
 pytestmark = pytest.mark.slow  # every test here trains or runs a script
 

@@ -9,9 +9,9 @@ import time
 import psutil
 import pytest
 
-from sf_core import checkpoint
-from tests.helpers import kill_9_once, read_summary, train
+from sf_core.records import checkpoint
 from tests import launch
+from tests.helpers import kill_9_once, read_summary, train
 
 
 def wait_for_training(proc, timeout=45):
@@ -268,7 +268,7 @@ def test_thread_loops_start_after_the_process_loop_handled_start():
 
     from signal_slot.signal_slot import EventLoop
 
-    from sf_core.component import ComponentProcess, Routing
+    from sf_core.contracts.component import ComponentProcess, Routing
 
     ctx = multiprocessing.get_context("fork")
     results = ctx.Queue()

@@ -1,4 +1,4 @@
-"""Defaults that fit the machine (sf_core/machine_fit.py): what is fitted, what never is, and where it is said."""
+"""Defaults that fit the machine (sf_core/machine/fit.py): what is fitted, what never is, and where it is said."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from sf_core.arguments import build_parser, parse_args
+from sf_core.cli.arguments import build_parser, parse_args
 from sf_core.config import Config, ConfigError
-from sf_core.machine_fit import Machine, describe, fit, fitted_values, refit_on_node
+from sf_core.machine.fit import Machine, describe, fit, fitted_values, refit_on_node
 
 
 @pytest.mark.parametrize("cores, gpu, expected", [

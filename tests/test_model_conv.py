@@ -11,9 +11,9 @@ import torch
 from algo.conv_encoders import (ARCHITECTURE_CHOICES, ImpalaResNet, NatureCNN, SmallInputCNN, output_hw,
                                 small_input_strides)
 from algo.model import ActorCritic, ModelSpec
+from sf_core.cli.arguments import parse_args
 from sf_core.config import Config, _FIELDS
-from sf_core.arguments import parse_args
-from sf_core.wiring import initial_model
+from sf_core.machine.wiring import initial_model
 
 ATARI_OBS = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
 

@@ -15,11 +15,11 @@ from envs.pettingzoo import PettingZooParallelEnv
 from envs.registry import EnvContext, EnvRegistry
 from envs.relay_game import RelayGame, make_relay_game
 from sf_core import register_env
-from sf_core.buffers import BufferLayout, TrajectoryBuffers
-from sf_core.arguments import parse_args
-from sf_core.nonbatched_env_runner import NonBatchedEnvRunner
-from sf_core.sample import SampleSpaces
-from sf_core.split_runner import EnvStepError
+from sf_core.cli.arguments import parse_args
+from sf_core.contracts.buffers import BufferLayout, TrajectoryBuffers
+from sf_core.contracts.sample import SampleSpaces
+from sf_core.sampling.nonbatched_env_runner import NonBatchedEnvRunner
+from sf_core.sampling.split_runner import EnvStepError
 from tests.helpers import train
 
 pettingzoo = pytest.importorskip("pettingzoo")

@@ -10,9 +10,9 @@ import torch
 from algo.algorithms import Algorithm, appo, register_algorithm
 from algo.graph import Node
 from envs.registry import EnvContext, register_env
+from sf_core.cli.arguments import parse_args
 from sf_core.config import ConfigError
-from sf_core.arguments import parse_args
-from sf_core.policy_mapping import AgentPolicies, register_policy_mapping, resolve
+from sf_core.sampling.policy_mapping import AgentPolicies, register_policy_mapping, resolve
 from tests.helpers import final_returns, train
 
 
@@ -61,7 +61,7 @@ def test_a_run_that_would_starve_a_policy_or_pbt_or_change_its_population_fails_
     code, _ = train(tmp_path, "--env=CartPole-v1", "--num_policies=2", "--with_pbt", "--pbt_target_objective=win_rate")
     assert code == 1 and "the env has 1 agent(s)" in capsys.readouterr().err
 
-    from sf_core import checkpoint
+    from sf_core.records import checkpoint
 
     checkpoint.save(checkpoint.checkpoint_dir(str(tmp_path / "exp")), {"version": 1, "runner": {"frames": 10}}, 1, False)
     code, _ = train(tmp_path, "--env=CartPole-v1", "--num_policies=2")
@@ -179,7 +179,7 @@ def test_pbt_replaces_the_policies_with_a_bad_learning_rate_and_without_it_they_
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_kill_9_then_rerun_resumes_every_policy_with_its_own_counters_and_pbt_hyperparams(tmp_path):
-    from sf_core import checkpoint
+    from sf_core.records import checkpoint
     from tests import launch
     from tests.helpers import kill_9_once, read_summary
 

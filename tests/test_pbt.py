@@ -1,4 +1,4 @@
-"""PBT decisions (sf_core/pbt.py): who is replaced, by whom, with which hyperparameters; logged and resumable."""
+"""PBT decisions (sf_core/run/pbt.py): who is replaced, by whom, with which hyperparameters; logged and resumable."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import logging
 import pytest
 import torch
 
-from sf_core.arguments import parse_args
-from sf_core.pbt import BOUND_MARGIN, PopulationBasedTraining, Replacement, replace_count
+from sf_core.cli.arguments import parse_args
+from sf_core.run.pbt import BOUND_MARGIN, PopulationBasedTraining, Replacement, replace_count
 
 PERIOD = 1000
 START = 2000

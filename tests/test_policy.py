@@ -1,4 +1,4 @@
-"""The policy loader (sf_core/policy.py) shared by sf_core.enjoy and the evaluator: the saved model
+"""The policy loader (sf_core/evaluation/policy.py) shared by sf_core.enjoy and the evaluator: the saved model
 rebuilt and acting on packed Dict observations, one recurrent state per episode, clear load errors."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import torch
 
 from algo.model import ActorCritic, ModelSpec
 from algo.observations import ObsWriter
-from sf_core import checkpoint
 from sf_core.config import Config, ConfigError
-from sf_core.experiment import Experiment
-from sf_core.policy import load_checkpoint
+from sf_core.evaluation.policy import load_checkpoint
+from sf_core.records import checkpoint
+from sf_core.records.experiment import Experiment
 from tests.service_envs import DictMemoryCue
 
 
@@ -100,10 +100,10 @@ def test_the_start_up_says_where_bfloat16_pays_off_and_where_it_costs(monkeypatc
                                                                        expected):
     import logging
 
-    import sf_core.policy
+    import sf_core.machine.device
 
-    monkeypatch.setattr(sf_core.policy, "has_fast_bfloat16", lambda device: fast)  # the hardware, not the advice
+    monkeypatch.setattr(sf_core.machine.device, "has_fast_bfloat16", lambda device: fast)  # the hardware, not the advice
     with caplog.at_level(logging.INFO, logger="sf_core"):
-        assert sf_core.policy.training_device(Config(env="x", mixed_precision=mixed_precision)) == "cpu"
+        assert sf_core.machine.device.training_device(Config(env="x", mixed_precision=mixed_precision)) == "cpu"
     said = " ".join(r.getMessage() for r in caplog.records)
     assert (expected in said) if expected else "bfloat16" not in said

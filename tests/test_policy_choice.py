@@ -13,9 +13,9 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from sf_core import checkpoint
 from sf_core.config import ConfigError
-from sf_core.policy import load_checkpoint
+from sf_core.evaluation.policy import load_checkpoint
+from sf_core.records import checkpoint
 from tests.policies import multi_policy_experiment, random_policy_experiment
 
 
@@ -141,7 +141,7 @@ def test_enjoy_records_the_policy_it_played(tmp_path):
 
 
 def test_the_evaluator_chooses_once_for_all_its_workers(tmp_path):
-    from sf_core.service.evaluator import EvalError, check_policy
+    from sf_core.evaluation.evaluator import EvalError, check_policy
 
     path, _ = multi_policy_experiment(tmp_path, "pop", [10.0, 50.0, 20.0])
     assert check_policy(path, "latest") == 1

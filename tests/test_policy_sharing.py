@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from sf_core import checkpoint
+from sf_core.cli.push_to_hub import stage
 from sf_core.config import ConfigError
-from sf_core.exported_policy import export
-from sf_core.huggingface.push_to_hub import stage
-from sf_core.policy import load_checkpoint
+from sf_core.evaluation.policy import load_checkpoint
+from sf_core.records import checkpoint
+from sf_core.sharing.exported_policy import export
 from tests.policies import multi_policy_experiment, packed
 from tests.test_policy_choice import assert_same_weights
 

@@ -6,7 +6,7 @@ import logging
 import pytest
 
 from sf_core.config import Config
-from sf_core.progress import FrameRate, Progress, RunEnd
+from sf_core.run.progress import FrameRate, Progress, RunEnd
 
 
 class Terminal(io.StringIO):

@@ -13,8 +13,8 @@ import torch
 
 from algo.model import ActorCritic, ModelSpec
 from algo.nodes import from_chunks, step_resets, to_chunks
+from sf_core.cli.arguments import parse_args
 from sf_core.config import ConfigError
-from sf_core.arguments import parse_args
 from tests.helpers import train
 
 MEMORY = ["--env=sf_core/MemoryCue-v0", "--rnn_size=32", "--encoder_mlp_layers", "32", "--num_workers=1",

@@ -107,7 +107,7 @@ def test_training_on_a_sim_and_a_reward_pool_goes_on_when_a_reward_server_dies(t
 
 
 def test_training_flags_take_named_pools_with_the_arithmetic(tmp_path):
-    from sf_core.arguments import parse_args
+    from sf_core.cli.arguments import parse_args
     from sf_core.config import ConfigError
 
     path = tmp_path / "pools.yaml"

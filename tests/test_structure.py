@@ -8,13 +8,13 @@ import pathlib
 
 import pytest
 
-from sf_core.sample import BATCH_KEYS
+from sf_core.contracts.sample import BATCH_KEYS
 from tests.conftest import REPO
 
 PRODUCT = ("sf_core", "algo", "envs", "scripts")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
-# signal-slot-mp's internals: routing tables and loop queues (sf_core.component.Routing only)
+# signal-slot-mp's internals: routing tables and loop queues (sf_core.contracts.component.Routing only)
 INTERNALS = {"send_signals_to", "receiver_queues", "receiver_refcount", "signal_queue", "should_terminate",
              "receivers", "connections"}
 
@@ -50,12 +50,12 @@ def _string_collections(tree: ast.Module):
 
 
 def test_no_list_of_sample_fields_outside_the_schema():
-    """What a sample is, is written once (sf_core/sample.py): a literal naming several of its fields
+    """What a sample is, is written once (sf_core/contracts/sample.py): a literal naming several of its fields
     elsewhere is a second copy that drifts. Graph nodes (algo/) name the keys each one reads, never
     more than half of the fields; the engine names no three together."""
     found = []
     for path, tree in parsed():
-        if path == "sf_core/sample.py":
+        if path == "sf_core/contracts/sample.py":
             continue
         limit = len(BATCH_KEYS) // 2 + 1 if path.startswith("algo/") else 3
         found += [f"{path}:{line} {strings}" for line, strings in _string_collections(tree)
@@ -64,12 +64,12 @@ def test_no_list_of_sample_fields_outside_the_schema():
 
 
 def test_no_signal_name_outside_the_signals_module():
-    """Signals are emitted and connected through sf_core.signals' objects, never by a name written
+    """Signals are emitted and connected through sf_core.contracts.signals' objects, never by a name written
     at the call (signal-slot's emit(name, ...) / connect(name, slot))."""
     by_name = {"emit": 1, "emit_many": 1, "emit_bounded": 1, "connect": 2, "disconnect": 2}
     found = []
     for path, tree in parsed():
-        if path == "sf_core/signals.py":
+        if path == "sf_core/contracts/signals.py":
             continue
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
@@ -84,7 +84,7 @@ def test_signal_slot_internals_only_behind_the_routing_adapter():
     found = []
     for path, tree in parsed():
         allowed = set()
-        if path == "sf_core/component.py":
+        if path == "sf_core/contracts/component.py":
             routing = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Routing")
             allowed = {id(n) for n in ast.walk(routing)}
         for node in ast.walk(tree):
@@ -93,8 +93,8 @@ def test_signal_slot_internals_only_behind_the_routing_adapter():
     assert not found, "\n".join(found)
 
 
-@pytest.mark.parametrize("module", ["sf_core.service.eval_worker", "sf_core.service.evaluator",
-                                    "sf_core.rollout_worker", "sf_core.inference_worker", "sf_core.learner"])
+@pytest.mark.parametrize("module", ["sf_core.evaluation.worker", "sf_core.evaluation.evaluator",
+                                    "sf_core.sampling.rollout_worker", "sf_core.sampling.inference_worker", "sf_core.learning.learner"])
 def test_worker_processes_import_no_command_line_tool(module):
     """A component or worker process must not pull in an entry point (and its logging and parsing)."""
     import importlib
@@ -115,11 +115,11 @@ def test_every_emit_and_connection_type_checks_against_the_signal_declarations()
     this checks our code's contracts in seconds, not torch's stubs."""
     from mypy import api
 
-    contracts = ["sf_core/signals.py", "sf_core/sample.py", "sf_core/control.py", "sf_core/component.py"]
+    contracts = [f"sf_core/contracts/{name}.py" for name in ("signals", "sample", "control", "component")]
     users = [str(p.relative_to(REPO)) for p in product_modules()
-             if "sf_core.signals import" in p.read_text(encoding="utf-8")
-             or "from sf_core import signals" in p.read_text(encoding="utf-8")]
-    assert "sf_core/wiring.py" in users and "sf_core/rollout_worker.py" in users
+             if "sf_core.contracts.signals import" in p.read_text(encoding="utf-8")
+             or "from sf_core.contracts import signals" in p.read_text(encoding="utf-8")]
+    assert "sf_core/machine/wiring.py" in users and "sf_core/sampling/rollout_worker.py" in users
     files = sorted(set(contracts + users))
     out, err, status = api.run(["--ignore-missing-imports", "--follow-imports=skip", "--cache-dir=/dev/null",
                                 "--no-error-summary", *[os.path.join(REPO, f) for f in files]])

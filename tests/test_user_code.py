@@ -11,9 +11,9 @@ import pytest
 from algo import custom_models
 from algo.algorithms import algorithm_builder, appo, register_algorithm
 from envs.registry import EnvContext, EnvRegistry
+from sf_core.common.user_code import UnsendableError, UserCode, user_code
 from sf_core.config import Config
-from sf_core.user_code import UnsendableError, UserCode, user_code
-from sf_core.wiring import check_user_code
+from sf_core.machine.wiring import check_user_code
 from tests import launch
 from tests.helpers import read_summary
 

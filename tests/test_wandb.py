@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from sf_core.arguments import parse_args
-from sf_core.wandb_logging import STEP, WandbWriter, with_run_id
+from sf_core.cli.arguments import parse_args
+from sf_core.records.wandb_logging import STEP, WandbWriter, with_run_id
 from tests import launch
 from tests.wandb_records import history, run_files, run_record
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from sf_core.machine_fit import usable_cores  # the cores this process may run on: the trainer's own count
+from sf_core.machine.fit import usable_cores  # the cores this process may run on: the trainer's own count
 from .ours import REPORT_INTERVAL_SEC, SUMMARY_INTERVAL_SEC
 from .proctree import MB, MEMORY_SAMPLE_SEC
 

@@ -85,7 +85,7 @@ def device_name(requested: str) -> str:
         return "CPU"
     import torch  # only for a GPU request: the plain CPU case needs no torch start-up
 
-    from sf_core.policy import resolve_device  # the trainer's own resolution: gpu means cuda, no CUDA the CPU
+    from sf_core.machine.device import resolve_device  # the trainer's own resolution: gpu means cuda, no CUDA the CPU
 
     device = resolve_device(requested)
     return "CPU" if device == "cpu" else f"GPU {torch.cuda.get_device_name(device)}"

@@ -16,7 +16,7 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
-from sf_core.machine_fit import FITTED, whole_splits
+from sf_core.machine.fit import FITTED, whole_splits
 
 from .report import aligned, int_list, ratio
 
@@ -112,7 +112,7 @@ def build_points(axes: dict[str, list[int]], base: dict[str, int],
 def resolve(cfg_argv: list[str], extra: list[str], flags: list[str]) -> dict[str, int] | str:
     """The swept flags as the trainer resolves the benchmark's flags plus `flags` (preset and machine
     fitting included), or the reason it rejects them."""
-    from sf_core.arguments import parse_args
+    from sf_core.cli.arguments import parse_args
     from sf_core.config import ConfigError
 
     try:

@@ -5,7 +5,7 @@ Loads the experiment's config.json (so the model is rebuilt exactly as trained) 
 `eval_results.json` into the experiment folder, and with `--save_video` an MP4 of rendered frames.
 A multi-agent env plays in self-play, every agent with the policy; each agent's episode counts.
 With `--opponent=random|K` a two-agent game plays the policy against a random player or policy K of
-the same experiment instead, for `--max_num_episodes` games (sf_core/head_to_head.py).
+the same experiment instead, for `--max_num_episodes` games (sf_core/evaluation/head_to_head.py).
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ import numpy as np
 from envs.multi_agent import is_multi_agent
 from envs.registry import EnvContext, EnvNotFoundError, registry_snapshot
 from sf_core.cli import exit_process
+from sf_core.cli.arguments import BOOL_EPILOG, _Parser, add_bool_argument
 from sf_core.cli.train import setup_logging
-from sf_core.arguments import BOOL_EPILOG, _Parser, add_bool_argument
 from sf_core.config import ConfigError
-from sf_core.experiment import write_eval_results
-from sf_core.head_to_head import versus_opponent
-from sf_core.machine_fit import check_device
-from sf_core.policy import TrainedPolicy, load_checkpoint, resolve_device
+from sf_core.evaluation.head_to_head import versus_opponent
+from sf_core.evaluation.policy import TrainedPolicy, load_checkpoint
+from sf_core.machine.device import resolve_device
+from sf_core.machine.fit import check_device
+from sf_core.records.experiment import write_eval_results
 
 log = logging.getLogger("sf_core")
 

@@ -15,7 +15,7 @@ import gymnasium as gym
 import zmq
 
 from sf_core.cli import exit_process
-from sf_core.arguments import BOOL_EPILOG, add_bool_argument
+from sf_core.cli.arguments import BOOL_EPILOG, add_bool_argument
 from sf_core.service.env_server import EnvServer
 from sf_core.service.protocol import ProtocolError
 

@@ -1,6 +1,6 @@
 """`python -m sf_core.evaluate --tasks=tasks.jsonl [--env_service=...] [--num_workers=N]`: run evaluation tasks
 on pooled env slots (or in-process envs) and write one result line per task (the coordinator:
-sf_core/service/evaluator.py; the plan: sf_core/service/eval_plan.py)."""
+sf_core/evaluation/evaluator.py; the plan: sf_core/evaluation/plan.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import sys
 from typing import Sequence
 
 from sf_core.cli import exit_process
-from sf_core.arguments import BOOL_EPILOG, add_bool_argument
-from sf_core.logs import setup_logging
-from sf_core.service.eval_plan import make_plan
-from sf_core.service.evaluator import EXIT_OK, EXIT_USAGE, Coordinator, EvalError, finished_ids, load_tasks
+from sf_core.cli.arguments import BOOL_EPILOG, add_bool_argument
+from sf_core.common.logs import setup_logging
+from sf_core.evaluation.evaluator import EXIT_OK, EXIT_USAGE, Coordinator, EvalError, finished_ids, load_tasks
+from sf_core.evaluation.plan import make_plan
 
 log = logging.getLogger("sf_core")
 

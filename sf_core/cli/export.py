@@ -1,7 +1,7 @@
 """`python -m sf_core.export --experiment=NAME --format=onnx|torchscript`: a policy runnable without sf_core.
 
 Writes `{train_dir}/{experiment}/export/policy.onnx` (or `policy.pt`) and `policy.json`, which lists
-the inputs and outputs (see sf_core/exported_policy.py and docs/sharing.md).
+the inputs and outputs (see sf_core/sharing/exported_policy.py and docs/sharing.md).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Sequence
 
 from envs.registry import EnvNotFoundError
 from sf_core.cli import exit_process
+from sf_core.cli.arguments import _Parser
 from sf_core.cli.train import setup_logging
 from sf_core.config import ConfigError
-from sf_core.arguments import _Parser
-from sf_core.exported_policy import FORMATS, export
+from sf_core.sharing.exported_policy import FORMATS, export
 
 log = logging.getLogger("sf_core")
 

@@ -13,9 +13,9 @@ import sys
 from typing import TYPE_CHECKING, Sequence
 
 from sf_core.cli import exit_process
-from sf_core.arguments import _Parser
+from sf_core.cli.arguments import _Parser
 from sf_core.config import ConfigError
-from sf_core.experiment import load_config
+from sf_core.records.experiment import load_config
 
 if TYPE_CHECKING:  # both imported only when a plot is drawn
     from matplotlib.figure import Figure

@@ -9,12 +9,12 @@ import time
 from typing import Sequence
 
 from envs.registry import EnvNotFoundError
-from sf_core import logs
 from sf_core.cli import exit_process
-from sf_core.component import quiet_signal_slot_logs
+from sf_core.cli.arguments import build_parser, parse_args
+from sf_core.common import logs
 from sf_core.config import ConfigError
-from sf_core.arguments import build_parser, parse_args
-from sf_core.machine_fit import describe, this_machine
+from sf_core.contracts.component import quiet_signal_slot_logs
+from sf_core.machine.fit import describe, this_machine
 
 log = logging.getLogger("sf_core")
 
@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = "this machine" if not cfg.ray_address else "this machine; each cluster sampler refits its node"
         log.info("%s", describe(cfg, this_machine(cfg.device), where))
 
-    from sf_core.runner import Runner
+    from sf_core.run.runner import Runner
 
     try:
         return Runner(cfg, launched=launched).run()

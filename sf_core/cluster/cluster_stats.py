@@ -4,7 +4,7 @@ where the learner ranks run. Shown in the console line, TensorBoard (cluster/...
 
 from __future__ import annotations
 
-from sf_core.signals import LearnerRankReport, SamplerReport
+from sf_core.contracts.signals import LearnerRankReport, SamplerReport
 
 
 class ClusterStats:

@@ -14,18 +14,18 @@ import os
 from dataclasses import replace
 
 from algo.algorithms import algorithm_builder
-from sf_core import learner_group
-from sf_core import signals as sig
-from sf_core.buffers import BufferLayout, DatasetBuffers, SharedWeights, make_lock
 from sf_core.cluster import placement
 from sf_core.cluster.ingest import ShardIngest
 from sf_core.cluster.learner_ranks import RemoteRanks
 from sf_core.cluster.sampler import SamplerSpec
-from sf_core.component import Component, ComponentProcess
-from sf_core.control import ControlBlock
-from sf_core.learner import Learner, learner_name
-from sf_core.sample import SampleSpaces
-from sf_core.wiring import Setup, Topology, mp_context, start_method
+from sf_core.contracts import signals as sig
+from sf_core.contracts.buffers import BufferLayout, DatasetBuffers, SharedWeights, make_lock
+from sf_core.contracts.component import Component, ComponentProcess
+from sf_core.contracts.control import ControlBlock
+from sf_core.contracts.sample import SampleSpaces
+from sf_core.learning.group.link import plan_elsewhere
+from sf_core.learning.learner import Learner, learner_name
+from sf_core.machine.wiring import Setup, Topology, mp_context, start_method
 
 INGEST = "shard_ingest"
 
@@ -85,7 +85,7 @@ def _learner(setup: Setup, cfg, p: int, datasets: DatasetBuffers, topology: Topo
     run on the cluster's nodes and meet it at this machine's address towards the head."""
     name = learner_name(p, cfg.num_policies)
     loop, proc = loop_of(name)
-    group = (learner_group.plan_elsewhere(cfg, setup.device, placement.driver_address(cfg), datasets[0])
+    group = (plan_elsewhere(cfg, setup.device, placement.driver_address(cfg), datasets[0])
              if cfg.num_learners > 1 else None)
     learner = Learner(loop, cfg, datasets, topology.weights[p], setup.obs_space, setup.action_space,
                       setup.models[p].spec, setup.device, setup.seed + 1_000_003 * p, setup.checkpoint_dirs[p],

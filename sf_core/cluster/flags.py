@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 
-from sf_core.config import Config, ConfigError
+from sf_core.config import Config, ConfigError, register_check
 
 
+@register_check
 def check_cluster_flags(cfg: Config) -> None:
+    if not cfg.ray_address:
+        return
     if importlib.util.find_spec("ray") is None:
         raise ConfigError("--ray_address needs Ray, which is not installed: pip install -e \".[ray]\" "
                           "(or pip install 'ray>=2.9')")

@@ -3,7 +3,7 @@ the samplers into the learner's datasets, sends each new weights version to ever
 samplers that are lost. With --num_learners > 1 it also starts the learner group's other ranks on the
 cluster (sf_core/cluster/learner_ranks.py) and names one Ray loses.
 
-Signals in: batch_consumed, shards_arrived, stop. Out: batch_ready, report (sf_core/signals.py).
+Signals in: batch_consumed, shards_arrived, stop. Out: batch_ready, report (sf_core/contracts/signals.py).
 
 With --num_policies, each policy has its learner, its datasets and its weights; a shard names its policy,
 and `PolicyPort` p stands where policy p's batcher stands on one machine: the sender of its learner's
@@ -33,15 +33,15 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sf_core.buffers import DatasetBuffers, SharedWeights
 from sf_core.cluster import placement
 from sf_core.cluster.learner_ranks import RemoteRanks, failure_message
 from sf_core.cluster.sampler import STOP_GRACE_SEC, SamplerSpec, with_service_share
 from sf_core.cluster.shards import Shard, copy_into
-from sf_core.component import Component, guarded
 from sf_core.config import Config
-from sf_core.control import ControlBlock
-from sf_core.signals import (BATCH_READY, COMPONENT_ERROR, REPORT, SHARDS_ARRIVED, LearnerRankReport, RolloutReport,
+from sf_core.contracts.buffers import DatasetBuffers, SharedWeights
+from sf_core.contracts.component import Component, guarded
+from sf_core.contracts.control import ControlBlock
+from sf_core.contracts.signals import (BATCH_READY, COMPONENT_ERROR, REPORT, SHARDS_ARRIVED, LearnerRankReport, RolloutReport,
                              SamplerReport)
 from signal_slot.signal_slot import EventLoop, EventLoopObject, Timer
 

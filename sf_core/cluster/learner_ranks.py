@@ -5,7 +5,7 @@ The ranks are placed together, one placement group of N-1 bundles packed on as f
 bundle of --learner_cpus, one GPU each under --device=cuda (Ray then hands each actor its own GPU, which it
 sees as cuda:0), and any --learner_resources (custom resources, to pin them to nodes started with
 `ray start --resources=...`). A rank never reads the driver's memory or files: rank 0 sends it its start
-(weights, optimizer state) and its share of every dataset (sf_core/learner_group.py).
+(weights, optimizer state) and its share of every dataset (sf_core/learning/group/).
 
 A rank is not restarted: the group's collectives cannot go on without it, so a lost rank stops the run
 (rank 0's next collective fails, and the ingest names the rank Ray lost), and the run resumes from its
@@ -23,10 +23,11 @@ import torch
 from sf_core.cluster import placement
 from sf_core.cluster.flags import parse_resources
 from sf_core.cluster.sampler import take_niceness
+from sf_core.common.logs import setup_logging
 from sf_core.config import Config
-from sf_core.learner import Trainer
-from sf_core.learner_group import GroupError, GroupSpec, rank_name, train_as_follower
-from sf_core.logs import setup_logging
+from sf_core.learning.group.followers import rank_name, train_as_follower
+from sf_core.learning.group.link import GroupError, GroupSpec
+from sf_core.learning.learner import Trainer
 
 STOP_WAIT_SEC = 3.0  # for the ranks to leave the group on rank 0's stop, before their actors are ended
 

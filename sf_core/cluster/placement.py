@@ -69,7 +69,7 @@ def check_reachable(cfg: Config) -> None:
 
 def driver_address(cfg: Config) -> str:
     """This machine's address as the cluster's nodes reach it: the one on its route to the head."""
-    from sf_core.learner_group import ADDRESS, address_towards
+    from sf_core.learning.group.network import ADDRESS, address_towards
 
     address = cfg.ray_address
     if address == "local":  # every node is this machine

@@ -25,13 +25,15 @@ import numpy as np
 import torch
 
 from envs.registry import EnvRegistry
+from sf_core.cluster.shard_emitter import ShardEmitter, shard_emitter_name
 from sf_core.cluster.shards import Shard, ShardMeta
-from sf_core.component import Component, guarded
+from sf_core.common.logs import setup_logging
 from sf_core.config import Config
-from sf_core.logs import setup_logging
-from sf_core.machine_fit import refit_on_node
-from sf_core.signals import SHARD_TAKEN, STOP, Report
-from sf_core.wiring import Setup, Topology, build_components, check_user_code, initial_model, start_method
+from sf_core.contracts.component import Component, guarded
+from sf_core.contracts.signals import SHARD_TAKEN, STOP, Report
+from sf_core.machine.fit import refit_on_node
+from sf_core.machine.wiring import (DatasetSink, Setup, Topology, build_components, check_user_code, initial_model,
+                                     start_method)
 from signal_slot.signal_slot import EventLoop, Timer
 
 log = logging.getLogger("sf_core")
@@ -136,7 +138,9 @@ class Sampler:
         setup = Setup(cfg, spec.registry, spec.obs_space, spec.action_space, models, list(versions), "cpu",
                       spec.seed, [""] * len(models), [None] * len(models), spec.agents_per_env,
                       (spec.index, spec.count))
-        self.host.topology = build_components(setup, self.host, outbox=self.outbox)
+        sink = DatasetSink(shard_emitter_name, lambda loop, datasets, control, p, n:
+                           ShardEmitter(loop, datasets, self.outbox, control, p, n))
+        self.host.topology = build_components(setup, self.host, sink)
         self.emitters = self.host.topology.learners
         self.weights = self.host.topology.weights
         timer = Timer(self.host.loop, CHECK_INTERVAL_SEC, object_id="sampler_check_timer")

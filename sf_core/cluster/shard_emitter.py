@@ -1,7 +1,7 @@
 """Shard emitter: in a sampler, the learner's place. Each dataset the batcher fills becomes a shard in the
 sampler's outbox, where the driver's next `next_shard` call takes it (sf_core/cluster/sampler.py).
 
-Signals in: batch_ready, shard_taken, stop. Out: batch_consumed (sf_core/signals.py).
+Signals in: batch_ready, shard_taken, stop. Out: batch_consumed (sf_core/contracts/signals.py).
 
 Each policy has its batcher and emitter (--num_policies); all put (policy, arrays) into the sampler's one
 outbox, which holds --shards_in_flight shards per policy. While it is full the emitter keeps the dataset, so the batcher
@@ -14,11 +14,11 @@ from __future__ import annotations
 import queue
 from collections import deque
 
-from sf_core.buffers import DatasetBuffers
 from sf_core.cluster.shards import arrays_of
-from sf_core.component import Component, guarded
-from sf_core.control import ControlBlock
-from sf_core.signals import BATCH_CONSUMED
+from sf_core.contracts.buffers import DatasetBuffers
+from sf_core.contracts.component import Component, guarded
+from sf_core.contracts.control import ControlBlock
+from sf_core.contracts.signals import BATCH_CONSUMED, SHARD_TAKEN
 from signal_slot.signal_slot import EventLoop
 
 
@@ -32,6 +32,7 @@ class ShardEmitter(Component):
         super().__init__(loop, shard_emitter_name(policy, num_policies), control)
         self.datasets, self.outbox, self.policy = datasets, outbox, policy
         self.waiting: deque[int] = deque()  # full datasets not yet in the outbox
+        SHARD_TAKEN.connect(self, self.shard_taken)  # the sampler's call thread: the outbox has room again
 
     @guarded
     def batch_ready(self, index: int) -> None:

@@ -1,5 +1,5 @@
 """A shard: what crosses machines. One learner dataset's columns (the sample schema's fields, time-major
-`[rows, trajectories, ...]`, sf_core/sample.py) as numpy arrays, which Ray moves without pickling, plus
+`[rows, trajectories, ...]`, sf_core/contracts/sample.py) as numpy arrays, which Ray moves without pickling, plus
 where they were sampled and the reports of the sampler's components since its previous shard."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from sf_core.signals import Report, RolloutReport
+from sf_core.contracts.signals import Report, RolloutReport
 
 
 @dataclass

@@ -7,7 +7,6 @@ batch_step    several slots stepped at once: one `steps` message per server, rep
 skip          skip mode (--env_service=skip:ENV): a socketless server in the caller's own process
 env_pool      a rollout worker's or evaluator's slots: health checks, failover, re-admission
 endpoints     --env_service: parsing, probing, and dividing slots among workers
-evaluator     the evaluation coordinator (`python -m sf_core.evaluate`): eval_plan (pools, checks before start),
-              eval_tasks (the task file), slot_broker (who gets which slots), eval_worker (task runner
-              threads, in worker processes or inline), task_runners (register_task_runner)
+
+The evaluator that runs tasks on these slots is in sf_core/evaluation/.
 """

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from sf_core.config import Config, ConfigError, register_check
 from sf_core.service.skip import SkipModeError, is_skip, skip_env
 
 
@@ -282,11 +283,12 @@ def check_training_endpoints(endpoints: list[Endpoint], env: str, timeout: float
     return reference
 
 
-def check_training_flags(cfg) -> None:
-    """The trainer's --env_service flags (a `Config`): the endpoints parse, each worker's share of their
-    slots is --num_envs_per_worker, and a server may not take as long as a heartbeat."""
-    from sf_core.config import ConfigError
-
+@register_check
+def check_training_flags(cfg: Config) -> None:
+    """The trainer's --env_service flags: the endpoints parse, each worker's share of their slots is
+    --num_envs_per_worker, and a server may not take as long as a heartbeat."""
+    if not cfg.env_service:
+        return
     if cfg.env_service_timeout >= cfg.heartbeat_timeout:
         raise ConfigError(f"--env_service_timeout={cfg.env_service_timeout:g} must be shorter than "
                           f"--heartbeat_timeout={cfg.heartbeat_timeout:g}: a worker waiting on a server "

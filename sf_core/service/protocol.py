@@ -47,6 +47,10 @@ class ProtocolError(ValueError):
 # ------------------------------------------------------------------ arrays
 
 
+class ServiceError(RuntimeError):
+    """An env server did not do what was asked: no answer, a bad answer, or the env failed there."""
+
+
 def encode_array(array: np.ndarray) -> tuple[dict, bytes]:
     array = np.asarray(array)
     if not array.flags.c_contiguous:  # (np.ascontiguousarray would turn a scalar into shape [1])

@@ -22,6 +22,7 @@ import zmq
 from sf_core.service.protocol import (
     PROTOCOL_VERSION,
     ProtocolError,
+    ServiceError,
     leaf_spaces,
     max_message_bytes,
     obs_value,
@@ -52,10 +53,6 @@ def close_context() -> None:
         context = _contexts.pop(os.getpid(), None)
     if context is not None:
         context.term()
-
-
-class ServiceError(RuntimeError):
-    """An env server did not do what was asked: no answer, a bad answer, or the env failed there."""
 
 
 class ServiceTimeout(ServiceError):

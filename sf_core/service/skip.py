@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from sf_core.service.protocol import ServiceError
+
 if TYPE_CHECKING:
     from sf_core.service.env_server import EnvServer
 
@@ -55,8 +57,6 @@ def serve_in_process(env: str, capacity: int, seed: int = 0, cfg=None, registry=
 
 
 def in_process_server(address: str) -> EnvServer:
-    from sf_core.service.remote_env import ServiceError
-
     with _lock:
         server = _servers.get(address)
     if server is None:

@@ -1,0 +1,321 @@
+"""What every component shares: a name, guarded slots, error reporting, process plumbing.
+
+signal-slot-mp logs an exception raised in a slot and lets it kill the event loop. Here every slot
+is wrapped (`@guarded`) so the exception becomes a `ComponentError` carrying the component's name and
+the original traceback; the process that hosts the loop sends it to the runner (signal
+`component_error`), which stops training with that message instead of waiting for a timeout.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import gc
+import logging
+import os
+import pickle
+import signal as os_signal
+import threading
+import time
+import traceback
+from queue import Empty, Full
+from typing import Any, Callable
+
+import faster_fifo
+import torch
+from sf_core.common.logs import setup_logging
+from sf_core.contracts.control import ControlBlock
+from sf_core.contracts.signals import COMPONENT_ERROR, RoutedSignal, Signal
+from signal_slot.signal_slot import EventLoop, EventLoopObject, EventLoopProcess, Timer
+
+
+SIGNAL_QUEUE_BYTES = 5_000_000
+
+
+class ComponentError(RuntimeError):
+    def __init__(self, component: str, details: str):
+        super().__init__(f"{component} failed:\n{details}")
+        self.component, self.details = component, details
+
+    def __reduce__(self):
+        return ComponentError, (self.component, self.details)
+
+
+def guarded(slot: Callable) -> Callable:
+    """Turn any exception escaping a slot into a ComponentError naming the component."""
+
+    @functools.wraps(slot)
+    def wrapper(self: "Component", *args: Any):
+        try:
+            return slot(self, *args)
+        except ComponentError:
+            raise
+        except Exception as exc:
+            raise ComponentError(self.name, _describe(exc)) from exc
+
+    return wrapper
+
+
+def _describe(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+
+
+class Component(EventLoopObject):
+    """An event-loop object with a readable name that emits the signals of `sf_core.contracts.signals`.
+
+    Signals are emitted by name (the `Signal` objects do it), never through signal-slot's class-level
+    `@signal` descriptor, which two threads emitting the same signal could race on.
+    """
+
+    HEARTBEAT_SEC = 0.5
+
+    def __init__(self, event_loop: EventLoop, name: str, control: ControlBlock | None = None):
+        super().__init__(event_loop, name)
+        self.name = name
+        self.heartbeats = control.heartbeats if control is not None else None
+        self.heartbeat_index = self.heartbeats.index(name) if self.heartbeats is not None else -1
+        if self.heartbeats is not None:
+            self.heartbeat_timer = Timer(event_loop, self.HEARTBEAT_SEC, object_id=f"{name}_heartbeat")
+            self.heartbeat_timer.timeout.connect(self.idle_heartbeat)
+
+    def beat(self, activity: str) -> None:
+        if self.heartbeats is not None:
+            self.heartbeats.beat(self.heartbeat_index, activity)
+
+    def idle_heartbeat(self) -> None:
+        # a timer fires only between slots, so the component is idle right now
+        self.beat("waiting for signals")
+
+    def report_error(self, error: BaseException) -> None:
+        details = error.details if isinstance(error, ComponentError) else _describe(error)
+        component = error.component if isinstance(error, ComponentError) else self.name
+        COMPONENT_ERROR.emit(self, component, details)
+
+    def stop_loop(self) -> None:
+        self.beat("stopped")
+        self.event_loop.stop()
+
+
+class Routing:
+    """The one place that reads or edits signal-slot-mp's internals: its routing tables (which receivers
+    a signal goes to, through which queue) and its loops' queues. Everything else uses the library's
+    public API through `sf_core.contracts.signals`."""
+
+    @staticmethod
+    def use_plain_pickle(loop: EventLoop) -> EventLoop:
+        """Give a loop a faster-fifo queue that pickles with plain `pickle` instead of ForkingPickler.
+
+        Signal payloads here are ints, lists, strings and small dataclasses (never tensors or handles),
+        and plain pickle is several times cheaper per message, which adds up at one signal per split
+        step. Must run before any connection to the loop is made (connections capture the queue).
+        """
+        old = loop.signal_queue
+        loop.signal_queue = faster_fifo.Queue(max_size_bytes=SIGNAL_QUEUE_BYTES, dumps=pickle.dumps)
+        for obj in list(loop.objects.values()):  # the loop's own connections (its terminate signal)
+            for receiver, queue in obj.receiver_queues.items():
+                if queue is old:
+                    obj.receiver_queues[receiver] = loop.signal_queue
+        return loop
+
+    @staticmethod
+    def emit_bounded(sender: EventLoopObject, signal_: Signal, args: tuple, timeout: float = 2.0,
+                     route: int | None = None) -> list[str]:
+        """Emit like `signal_.emit`, but give up on any receiver's queue that stays locked past `timeout`.
+
+        A process killed inside a faster-fifo put or get leaves that queue's mutex locked for good
+        (the mutexes are not robust), so an ordinary emit into it blocks forever. Each queue gets its
+        own daemon thread (puts release the GIL); a put still stuck at the deadline is abandoned.
+        Returns the receivers that could not be reached. `route`: the index a RoutedSignal is sent to.
+        """
+        name = signal_.route(route) if isinstance(signal_, RoutedSignal) and route is not None else signal_.name
+        by_queue: dict[int, tuple[Any, list[str]]] = {}
+        for receiver in sender.send_signals_to.get(name, ()):
+            queue = sender.receiver_queues[receiver]
+            by_queue.setdefault(id(queue), (queue, []))[1].append(receiver)
+        message = [(sender.object_id, name, args)]
+        puts = []
+        for queue, receivers in by_queue.values():
+            thread = threading.Thread(target=_put_quietly, args=(queue, message), daemon=True,
+                                      name=f"{sender.object_id}_emit_{name}")
+            thread.start()
+            puts.append((thread, receivers))
+        deadline = time.monotonic() + timeout
+        unreachable = []
+        for thread, receivers in puts:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                unreachable += receivers
+        return unreachable
+
+    @staticmethod
+    def forget_receivers(sender: EventLoopObject, receiver_ids: list[str]) -> None:
+        """Stop routing `sender`'s signals to these receivers (dead processes). signal-slot's disconnect()
+        refuses objects of another process once started; the sender's own tables are all an emit reads."""
+        for receiver_id in receiver_ids:
+            for receivers in sender.send_signals_to.values():
+                receivers.discard(receiver_id)
+            sender.receiver_queues.pop(receiver_id, None)
+            sender.receiver_refcount.pop(receiver_id, None)
+
+    @staticmethod
+    def forget_all(sender: EventLoopObject) -> None:
+        """Drop every connection `sender` made (before it is wired again to new components)."""
+        for table in (sender.send_signals_to, sender.receiver_queues, sender.receiver_refcount):
+            table.clear()
+
+    @staticmethod
+    def drain(loop: EventLoop) -> None:
+        """Discard every signal waiting in the loop's queue (sent by components that are gone)."""
+        while True:
+            try:
+                loop.signal_queue.get_many(block=False)
+            except Empty:
+                return
+
+    @staticmethod
+    def rearm(loop: EventLoop) -> None:
+        """Let a loop that was told to stop run again (exec or process_events)."""
+        loop.should_terminate = False
+
+
+def _put_quietly(queue: Any, message: list) -> None:
+    try:
+        queue.put_many(message, block=False)
+    except Full:
+        logging.getLogger(__name__).warning("a signal queue is full: dropped %s", message[0][1])
+
+
+def configure_process(torch_threads: int) -> None:
+    """In a component process: leave Ctrl-C and SIGTERM to the runner, keep torch to its thread budget.
+
+    A terminal's Ctrl-C, `kill` of a process group, or a service manager signals every process at
+    once; a component killed mid-operation can die holding a faster-fifo queue lock (those mutexes
+    are not robust) and hang whoever touches that queue next. So components ignore both signals: the
+    runner stops them in order, and their parent watchdog ends them if the runner is gone.
+    """
+    os_signal.signal(os_signal.SIGINT, os_signal.SIG_IGN)
+    os_signal.signal(os_signal.SIGTERM, os_signal.SIG_IGN)
+    setup_logging()  # a spawned process (and every process of a sampler on a cluster node) starts without it
+    torch.set_num_threads(torch_threads)
+    reuse_freed_memory()
+    quiet_signal_slot_logs()
+
+
+def reuse_freed_memory() -> None:
+    """Let glibc keep big freed blocks for the next allocation instead of returning them to the OS.
+
+    Above its mmap threshold (32 MiB at most) glibc maps every allocation afresh and unmaps it on
+    free, so each new tensor of that size pays a page fault per 4 KiB page when first written: 512
+    stacked Atari frames as float32 are 58 MiB, ~14k faults per conversion. Training allocates the
+    same sizes over and over: after a few iterations the heap holds a few copies of the biggest
+    block (torch's aligned allocations leave gaps) and stops growing (tests/test_allocator.py,
+    docs/performance.md). Linux/glibc only; elsewhere the allocator is left as it is.
+    """
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's <malloc.h> parameter numbers
+    mallopt(m_mmap_threshold, 1 << 30)  # blocks up to 1 GiB come from the heap
+    mallopt(m_trim_threshold, 1 << 30)  # free memory at the heap's top is kept up to 1 GiB
+
+
+def quiet_signal_slot_logs() -> None:
+    """The library logs slot exceptions itself; ours reach the runner with the component's name, so
+    those are dropped. Everything else it logs at ERROR (a full queue dropping a signal) stays."""
+    logger = logging.getLogger("signal_slot")
+    logger.setLevel(logging.ERROR)
+    if not any(isinstance(f, _SlotExceptionFilter) for f in logger.filters):
+        logger.addFilter(_SlotExceptionFilter())
+
+
+class _SlotExceptionFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return "nhandled exception" not in message
+
+
+class ComponentProcess(EventLoopProcess):
+    """EventLoopProcess that reports a crash of its loop to the runner and watches its parent."""
+
+    def __init__(self, name: str, mp_context, torch_threads: int):
+        super().__init__(name, multiprocessing_context=mp_context, daemon=True)
+        Routing.use_plain_pickle(self.event_loop)
+        self.torch_threads = torch_threads
+        self.reporter: Component | None = None  # the component whose name a crash is reported under
+        self.threads: list[tuple[EventLoop, Component]] = []  # extra loops run on threads (the batcher)
+        self.death_hint = ""  # what the runner adds when this process dies: its likely cause
+
+    def _target(self) -> None:
+        configure_process(self.torch_threads)
+        ParentWatchdog(self.event_loop, f"{self.name}_parent_watchdog")  # the loop keeps it (loop.objects)
+        threads = [threading.Thread(target=run_loop, args=(loop, comp), name=comp.name, daemon=True)
+                   for loop, comp in self.threads]
+        ThreadStarter(self.event_loop, f"{self.name}_thread_starter", threads)
+        run_loop(self.event_loop, self.reporter)
+        for t in threads:
+            if t.ident is not None:  # started: the loop may have died before its start signal
+                t.join(timeout=5.0)
+        gc.freeze()  # a spawned process exits through the interpreter's teardown: see cli.exit_process
+
+
+class ThreadStarter(EventLoopObject):
+    """Starts a process's extra loops (the batcher) from the main loop's `start` signal, not before.
+
+    A signal a thread emits to the main loop's component must queue behind that `start`, or the
+    component handles it before its `on_start` ran: the learner got `batch_ready` before building its
+    model (KeyError 'actor_critic'), seen under spawn on a loaded machine, where the learner process's
+    main thread reached `exec` only after the batcher had filled a dataset."""
+
+    def __init__(self, loop: EventLoop, name: str, threads: list[threading.Thread]):
+        super().__init__(loop, name)
+        self.threads = threads
+        loop.start.connect(self.start_threads)
+
+    def start_threads(self) -> None:
+        for t in self.threads:
+            t.start()
+
+
+class ParentWatchdog(EventLoopObject):
+    """Exits the process if the runner died (even kill -9), so no worker is ever orphaned."""
+
+    def __init__(self, loop: EventLoop, name: str):
+        super().__init__(loop, name)
+        self.parent = os.getppid()
+        self.timer = Timer(loop, 1.0, object_id=f"{name}_timer")
+        self.timer.timeout.connect(self.check)
+
+    def check(self) -> None:
+        if os.getppid() != self.parent:
+            os._exit(3)
+
+
+def run_loop(loop: EventLoop, reporter: Component | None) -> None:
+    try:
+        loop.exec()
+    except BaseException as exc:  # noqa: BLE001 - anything that kills the loop goes to the runner
+        if reporter is not None:
+            reporter.report_error(exc)
+        raise SystemExit(1)
+
+
+def start_loop_watchdog(last_turn: Callable[[], float], limit: float, processes: Callable[[], list],
+                        done: threading.Event, exit_code: int) -> None:
+    """Last line of defence for the runner itself: if its own loop stops turning (`last_turn()` older than
+    `limit` seconds; a component killed while holding the runner's queue lock would block it inside
+    faster-fifo forever), a thread names the problem, kills the component processes and exits, instead
+    of hanging."""
+
+    def watch() -> None:
+        while not done.wait(1.0):
+            if time.time() - last_turn() > limit:
+                logging.getLogger("sf_core").error("the runner's event loop has not run for %.0fs: killing all "
+                                                   "components", limit)
+                for proc in processes():
+                    if proc.pid is not None and proc.is_alive():
+                        os.kill(proc.pid, os_signal.SIGKILL)
+                os._exit(exit_code)
+
+    threading.Thread(target=watch, name="runner_loop_watchdog", daemon=True).start()

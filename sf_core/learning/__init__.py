@@ -1,0 +1,1 @@
+"""Learning: the batcher, the learner (SGD on the algorithm's graph), and the learner group."""

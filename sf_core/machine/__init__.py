@@ -1,0 +1,1 @@
+"""One machine's components: wiring them for a run, and the defaults fitted to the machine."""

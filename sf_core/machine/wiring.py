@@ -1,0 +1,363 @@
+"""Building the component topology: shared buffers, components, their hosts, and the signal connections.
+
+Serial mode puts every component on the runner's loop. Async mode gives each rollout worker and
+inference worker its own process, and each policy's learner a process whose batcher runs on a second
+thread. Rollout workers and trajectory buffers are shared by all policies (--num_policies); each
+policy has its own weights, inference workers, datasets, batcher and learner. With --num_learners=N the
+learner is rank 0 of a learner group whose ranks 1..N-1 are plain processes beside it
+(sf_core/learning/group/).
+Every connection is made here, before any process starts (signal-slot-mp requires it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
+from typing import Callable
+
+import gymnasium as gym
+import torch
+
+from algo.algorithms import algorithm_builder
+from algo.conv_encoders import conv_summaries
+from algo.model import ActorCritic, ModelSpec
+from envs.multi_agent import is_multi_agent, num_agents
+from envs.registry import EnvContext, EnvRegistry
+from sf_core.common.user_code import UserCode
+from sf_core.config import Config, ConfigError
+from sf_core.contracts import signals as sig
+from sf_core.contracts.buffers import BufferLayout, DatasetBuffers, SharedWeights, TrajectoryBuffers, make_lock
+from sf_core.contracts.component import Component, ComponentProcess, Routing
+from sf_core.contracts.control import ControlBlock
+from sf_core.contracts.sample import SampleSpaces
+from sf_core.learning.batcher import Batcher, batcher_name
+from sf_core.learning.group import followers, link
+from sf_core.learning.learner import Learner, learner_name
+from sf_core.sampling import policy_mapping
+from sf_core.sampling.inference_worker import InferenceWorker
+from sf_core.sampling.rollout_worker import RolloutWorker
+from signal_slot.signal_slot import EventLoop
+
+log = logging.getLogger("sf_core")
+
+
+@dataclass
+class Topology:
+    components: list[Component] = field(default_factory=list)
+    # every component process, and the other ranks of a learner group (plain processes)
+    processes: list[ComponentProcess | BaseProcess] = field(default_factory=list)
+    control: ControlBlock | None = None
+    learners: list[Learner] = field(default_factory=list)  # one per policy
+    weights: list[SharedWeights] = field(default_factory=list)  # one per policy
+    host: dict[str, ComponentProcess] = field(default_factory=dict)  # component name -> its process (async)
+
+    def dead_components(self) -> list[Component]:
+        return [c for c in self.components if c.name in self.host and not self.host[c.name].is_alive()]
+
+    def dead_learner_rank(self) -> ComponentProcess | BaseProcess | None:
+        """A learner group's rank that died (not one that ended on rank 0's stop): the cause of the error rank
+        0's next collective raises."""
+        return next((p for p in self.processes if p.name.startswith(followers.RANK_PREFIX) and not p.is_alive()
+                     and p.exitcode != 0), None)
+
+    def stop_processes(self, grace: float, heartbeat_timeout: float) -> None:
+        """Wait up to `grace` seconds for every process to stop (the learner saves first), then kill what is
+        left. A process with a stalled heartbeat is stuck in a slot (an env that never returns) and cannot
+        stop: it is not waited for, but still outlives the others, so nothing it shares goes from under them."""
+        stuck = self.stuck_processes(heartbeat_timeout)
+        deadline = time.time() + grace
+        for proc in self.processes:
+            if proc.is_alive() and proc.name not in stuck:
+                proc.join(timeout=max(0.0, deadline - time.time()))
+        for proc in self.processes:
+            if proc.is_alive():  # components ignore SIGTERM (see component.configure_process): kill
+                if proc.name in stuck:
+                    log.warning("%s is stuck (no heartbeat): killing it", proc.name)
+                else:
+                    log.warning("%s did not stop in %.0fs: killing it", proc.name, grace)
+                proc.kill()
+                proc.join(timeout=2.0)
+
+    def stuck_processes(self, heartbeat_timeout: float) -> set[str]:
+        if self.control is None or self.control.heartbeats is None:  # serial mode: no processes to be stuck
+            return set()
+        stalled = self.control.heartbeats.stalled(heartbeat_timeout)
+        return {self.host[name].name for name, _, _ in stalled if name in self.host}
+
+    def close_processes(self) -> None:
+        for proc in self.processes:
+            with contextlib.suppress(ValueError):  # never started
+                proc.close()
+
+
+@dataclass
+class PolicyComponents:
+    """What one policy has of its own: inference workers, a batcher and a learner."""
+
+    inference: list[InferenceWorker]
+    batcher: Batcher
+    learner: Learner | Component  # where datasets leave the machine (a cluster node), a DatasetSink's component
+
+
+@dataclass
+class DatasetSink:
+    """What takes the learner's place where the datasets leave this machine (a cluster node's sampler sends each
+    as a shard to the driver): one component per policy, which takes batch_ready and emits batch_consumed once
+    the dataset is copied out."""
+
+    name: Callable[[int, int], str]  # (policy, num_policies) -> the component's name
+    build: Callable[[EventLoop, DatasetBuffers, ControlBlock, int, int], Component]  # (loop, datasets, control, p, n)
+
+
+# What every component process imports: a forkserver imports it once, and each process forks from it
+FORKSERVER_PRELOAD = ["torch", "numpy", "gymnasium", "sf_core.sampling.rollout_worker", "sf_core.sampling.inference_worker",
+                      "sf_core.learning.batcher", "sf_core.learning.learner"]
+
+
+def start_method(requested: str, device: str) -> str:
+    if requested == "fork" and device.startswith("cuda"):
+        raise ConfigError(f"--mp_start_method=fork with --device={device}: a forked process cannot use CUDA once "
+                          f"its parent has; use --mp_start_method=forkserver (or auto, which picks it with a GPU)")
+    if requested != "auto":
+        return requested
+    if not sys.platform.startswith("linux"):
+        return "spawn"
+    # fork skips re-importing torch in every process (about 2 s on 2 cores); the runner keeps itself
+    # fork-safe: one torch thread before forking, no CUDA, no helper threads yet. With CUDA, a forkserver:
+    # a fresh process (no CUDA) that imports FORKSERVER_PRELOAD once, then forks each component
+    return "fork" if device == "cpu" else "forkserver"
+
+
+def mp_context(method: str):
+    """The multiprocessing context of `method`; a forkserver preloads what the components import."""
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(FORKSERVER_PRELOAD)  # only before the server's first start takes effect
+    return ctx
+
+
+def share_policy_processes(cfg: Config) -> bool:
+    """--policy_processes resolved: whether the components of several policies share processes."""
+    if cfg.num_policies == 1 or cfg.policy_processes == "own":
+        return False
+    if cfg.policy_processes == "shared":
+        return True
+    own = cfg.num_workers + cfg.num_policies * (cfg.policy_workers_per_policy + 1)
+    return own > (os.cpu_count() or 1)
+
+
+def component_names(cfg: Config, sink: DatasetSink | None = None) -> list[str]:
+    """Every component's name (a heartbeat each); with a `sink`, its components instead of the learners."""
+    n = cfg.num_policies
+    learners = [(sink.name if sink else learner_name)(p, n) for p in range(n)]
+    return ([sig.inference_worker_name(p, i, n) for p in range(n) for i in range(cfg.policy_workers_per_policy)]
+            + [f"rollout_worker_{w}" for w in range(cfg.num_workers)]
+            + learners + [batcher_name(p, n) for p in range(n)])
+
+
+@dataclass
+class Setup:
+    """What every component is built from: the run's config, spaces, devices and where each policy starts."""
+
+    cfg: Config
+    registry: EnvRegistry
+    obs_space: gym.Space
+    action_space: gym.Space
+    models: list[ActorCritic]  # each policy's initial model
+    versions: list[int]
+    device: str
+    seed: int
+    checkpoint_dirs: list[str]
+    resume_from: list[str | None]
+    agents_per_env: int = 1
+    # on a cluster: (this sampler's index, how many samplers); --env_service slots go to every node's workers
+    sampler: tuple[int, int] = (0, 1)
+
+
+def build_components(setup: Setup, runner: Component, sink: DatasetSink | None = None) -> Topology:
+    """The run's components. With a `sink` they are a cluster node's sampler (sf_core/cluster/sampler.py): no
+    learner; the sink's components take each dataset."""
+    cfg = setup.cfg
+    ctx = mp_context(start_method(cfg.mp_start_method, setup.device))
+    layout = BufferLayout.from_config(cfg, setup.agents_per_env)
+    spec = setup.models[0].spec
+    buffers = TrajectoryBuffers(layout, SampleSpaces(setup.obs_space, setup.action_space, setup.models[0].rnn_state_size))
+    control = ControlBlock(None if cfg.serial_mode else component_names(cfg, sink))
+    topology = Topology(control=control)
+    for model, version in zip(setup.models, setup.versions):
+        topology.weights.append(SharedWeights(model, make_lock(cfg.serial_mode, ctx)))
+        topology.weights[-1].version[0] = version
+    log.info("model: %s parameters%s; buffers: %d trajectory slots of %d×%d steps",
+             f"{sum(p.numel() for p in setup.models[0].parameters()):,}",
+             f" (× {cfg.num_policies} policies)" if cfg.num_policies > 1 else "", layout.num_slots,
+             layout.rollout + 1, layout.rows_per_split)
+
+    shared: dict[str, ComponentProcess] = {}
+
+    def host(name: str, group: str | None = None) -> tuple[EventLoop, ComponentProcess | None]:
+        """The loop `name` runs on: the runner's (serial), its own process's, or that of its group."""
+        if cfg.serial_mode:
+            return runner.event_loop, None
+        if group is not None and group in shared:
+            topology.host[name] = shared[group]
+            return shared[group].event_loop, shared[group]
+        proc = ComponentProcess(f"{group or name}_proc", ctx, cfg.torch_threads)
+        topology.processes.append(proc)
+        topology.host[name] = proc
+        if group is not None:
+            shared[group] = proc
+        return proc.event_loop, proc
+
+    policies = [_build_policy(setup, p, buffers, layout, topology, control, host, runner, spec, sink)
+                for p in range(cfg.num_policies)]
+    learner = policies[0].learner
+    if isinstance(learner, Learner) and learner.group is not None:  # ranks 1..N-1 of its learner group, started after the learner's process
+        topology.processes += followers.follower_processes(ctx, learner.group, learner.trainer, learner.datasets,
+                                                           learner.weights, cfg.torch_threads)
+    mapping = policy_mapping.resolve(cfg.policy_mapping)
+    workers = []
+    for w in range(cfg.num_workers):
+        loop, proc = host(f"rollout_worker_{w}")
+        workers.append(RolloutWorker(loop, w, cfg, setup.registry, buffers, layout, setup.seed, topology.control,
+                                     mapping, setup.sampler))
+        if proc:
+            proc.reporter = workers[-1]
+    # started in this order, as before several policies existed: inference, rollout workers, learners
+    order = ("inference_worker", "rollout_worker")
+    topology.processes.sort(key=lambda proc: next((k for k, kind in enumerate(order) if proc.name.startswith(kind)), 2))
+    topology.components = [*workers, *(c for pc in policies for c in (*pc.inference, pc.learner, pc.batcher))]
+    topology.learners = [pc.learner for pc in policies]
+    _connect(runner, topology.components, workers, policies)
+    return topology
+
+
+def _build_policy(setup: Setup, p: int, buffers: TrajectoryBuffers, layout: BufferLayout, topology: Topology,
+                  control: ControlBlock, host: Callable, runner: Component, spec: ModelSpec,
+                  sink: DatasetSink | None) -> PolicyComponents:
+    cfg, n = setup.cfg, setup.cfg.num_policies
+    seed = setup.seed + 1_000_003 * p
+    weights = topology.weights[p]
+    inference = []
+    share = share_policy_processes(cfg)
+    for i in range(cfg.policy_workers_per_policy):
+        loop, proc = host(sig.inference_worker_name(p, i, n), f"inference_worker_{i}" if share else None)
+        inference.append(InferenceWorker(loop, i, cfg, buffers, weights, layout, setup.obs_space, setup.action_space,
+                                         spec, setup.device, seed, control, p))
+        if proc and proc.reporter is None:
+            proc.reporter = inference[-1]
+    datasets = DatasetBuffers(buffers.spaces, layout.rollout, cfg.dataset_size() // cfg.rollout)
+    if sink is not None:  # a sampler: batcher and sink on the sampler's own loop, in the actor's process
+        batcher = Batcher(runner.event_loop, cfg, buffers, datasets, layout, control, p)
+        return PolicyComponents(inference, batcher, sink.build(runner.event_loop, datasets, control, p, n))
+    loop, proc = host(learner_name(p, n), "learners" if share else None)
+    group = link.plan(cfg, setup.device) if cfg.num_learners > 1 else None
+    learner = Learner(loop, cfg, datasets, weights, setup.obs_space, setup.action_space, spec, setup.device, seed,
+                      setup.checkpoint_dirs[p], setup.resume_from[p], algorithm_builder(cfg.algo), control,
+                      p, topology.weights, group)
+    batcher_loop = runner.event_loop if cfg.serial_mode else Routing.use_plain_pickle(EventLoop(f"batcher_loop_{p}"))
+    batcher = Batcher(batcher_loop, cfg, buffers, datasets, layout, control, p)
+    if proc:
+        proc.reporter = proc.reporter or learner
+        proc.threads.append((batcher_loop, batcher))
+        topology.host[batcher.name] = proc
+    return PolicyComponents(inference, batcher, learner)
+
+
+def _connect(runner: Component, components: list[Component], workers: list[RolloutWorker],
+             policies: list[PolicyComponents]) -> None:
+    for p, pc in enumerate(policies):
+        for i in pc.inference:
+            sig.FLUSH_REQUESTS.connect(i, i.flush_requests)
+        for w, worker in enumerate(workers):
+            server = pc.inference[w % len(pc.inference)]
+            sig.POLICY_REQUEST.connect_to(worker, p, server.policy_request)
+            sig.ADVANCE.connect_to(server, w, worker.advance)
+            sig.NEW_TRAJECTORIES.connect_to(worker, p, pc.batcher.new_trajectories)
+            sig.SLOTS_FREED.connect_to(pc.batcher, w, worker.slots_freed)
+        sig.BATCH_READY.connect(pc.batcher, pc.learner.batch_ready)
+        sig.BATCH_CONSUMED.connect(pc.learner, pc.batcher.batch_consumed)
+        if isinstance(pc.learner, Learner):
+            sig.CHECKPOINT_SAVED.connect(pc.learner, runner.on_checkpoint_saved)
+            sig.SAVE_CHECKPOINT.connect_to(runner, p, pc.learner.save_checkpoint)
+            sig.PBT_REPLACE.connect_to(runner, p, pc.learner.pbt_replace)
+    for worker in workers:
+        sig.ENVS_STEPPED.connect(worker, worker.envs_stepped)
+    for component in components:
+        sig.REPORT.connect(component, runner.on_report)
+        sig.COMPONENT_ERROR.connect(component, runner.on_component_error)
+        sig.STOP.connect(runner, component.stop)
+
+
+def check_user_code(cfg: Config, registry: EnvRegistry) -> None:
+    """Async mode: the env factory, model parts and algorithm users registered must reach the worker
+    processes; one that cannot is named here, before any process starts."""
+    registry.check_picklable()
+    spec = ModelSpec.from_config(cfg)
+    for part in (spec.encoder_factory, spec.core_factory, spec.decoder_factory, algorithm_builder(cfg.algo)):
+        if isinstance(part, UserCode):
+            part.check()
+
+
+def probe_spaces(cfg: Config, registry: EnvRegistry, seed: int) -> tuple[gym.Space, gym.Space, int]:
+    """The env's (per-agent) spaces and its number of agents, from one instance made here."""
+    if cfg.env_service:
+        return _probe_service_spaces(cfg, registry)
+    env = registry.make(cfg.env, cfg, EnvContext(worker_index=-1, env_index=-1, seed=seed))
+    try:
+        agents = num_agents(env)
+        if is_multi_agent(env) and cfg.batched_sampling:
+            raise ConfigError(f"env {cfg.env!r} is a multi-agent env ({agents} agents): it needs "
+                              f"--batched_sampling=False (batched sampling steps single-agent envs only)")
+        return env.observation_space, env.action_space, agents
+    finally:
+        env.close()
+
+
+def _probe_service_spaces(cfg: Config, registry: EnvRegistry) -> tuple[gym.Space, gym.Space, int]:
+    """--env_service: every server must answer, serve --env with the capacity the flag lists; the
+    spaces come from their description (the trainer does not need the env's code). With named pools,
+    --env is the registered composition of their envs, built once on one slot of each."""
+    from sf_core.service.endpoints import ServiceConfigError, check_training_endpoints, parse_pools, parse_service
+    from sf_core.service.protocol import space_from_json
+    from sf_core.service.remote_env import EnvClient, ServiceError, close_context, hello
+    from sf_core.service.service_set import probe_composed_spaces
+    from sf_core.service.skip import is_skip, serve_in_process, stop_in_process
+
+    if is_skip(cfg.env_service):  # asked through the protocol, as a rollout worker will ask its own server
+        address = serve_in_process(cfg.env, 1, cfg=cfg, registry=registry)
+        try:
+            d = hello(EnvClient(address))
+        finally:
+            stop_in_process(address)
+        return space_from_json(d["observation_space"]), space_from_json(d["action_space"]), 1
+    try:
+        named = parse_pools(cfg.env_service)
+        if named is not None:  # the env is composed from one slot of each pool: built once here
+            obs_space, action_space = probe_composed_spaces(cfg, registry, named)
+            return obs_space, action_space, 1
+        d = check_training_endpoints(parse_service(cfg.env_service), cfg.env, cfg.env_service_timeout)
+    except (ServiceConfigError, ServiceError) as exc:
+        raise ConfigError(f"--env_service: {exc}") from None
+    finally:
+        close_context()  # no ZeroMQ I/O threads in a process about to fork the workers
+    return space_from_json(d["observation_space"]), space_from_json(d["action_space"]), 1
+
+
+def initial_model(cfg: Config, obs_space: gym.Space, action_space: gym.Space, seed: int,
+                  state: dict | None) -> ActorCritic:
+    torch.manual_seed(seed)
+    model = ActorCritic(obs_space, action_space, ModelSpec.from_config(cfg))
+    for line in conv_summaries(model):  # built here first, so each conv encoder is reported once
+        log.info("conv encoder for %s", line)
+    if state is not None:
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as exc:
+            raise ValueError(f"the checkpoint does not fit the model these flags describe: {exc}") from None
+    return model

@@ -1,0 +1,1 @@
+"""An experiment's records: its folder and config.json, checkpoints, and W&B logging."""

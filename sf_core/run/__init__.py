@@ -1,0 +1,1 @@
+"""Running an experiment: the runner, its stats and progress line, populations, PBT and presets."""

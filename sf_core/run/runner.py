@@ -1,0 +1,386 @@
+"""Runner: sets up an experiment, starts every component, watches it, checkpoints, and stops it.
+
+Signals in: report, component_error (stop with its message), checkpoint_saved. Out: save_checkpoint
+(periodically and at every stop), stop (sf_core/contracts/signals.py).
+
+The components themselves are built and connected by `sf_core.machine.wiring`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal as os_signal
+import threading
+import time
+from dataclasses import replace
+
+import gymnasium as gym
+import torch
+
+from algo.algorithms import algorithm_builder
+from algo.graph import build_graph
+from algo.params import LearningParams
+from envs.registry import EnvRegistry, registry_snapshot
+from sf_core.config import Config, ConfigError
+from sf_core.contracts.component import Component, ComponentError, Routing, guarded, reuse_freed_memory, start_loop_watchdog
+from sf_core.contracts.sample import BATCH_KEYS
+from sf_core.contracts.signals import PBT_REPLACE, SAVE_CHECKPOINT, STOP, Report, RoutedSignal, Signal
+from sf_core.learning.group.link import GroupError
+from sf_core.machine.device import training_device
+from sf_core.machine.wiring import Setup, Topology, build_components, check_user_code, initial_model, probe_spaces
+from sf_core.records import wandb_logging
+from sf_core.records.experiment import Experiment
+from sf_core.run.population import Population
+from sf_core.run.progress import Progress
+from sf_core.run.stats import TrainingStats
+from signal_slot.signal_slot import EventLoop, Timer
+
+log = logging.getLogger("sf_core")
+
+EXIT_OK, EXIT_ERROR, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 130, 143
+CHECK_INTERVAL_SEC = 0.25
+SHUTDOWN_GRACE_SEC = 6.0
+DEATH_REPORT_GRACE_SEC = 1.0
+RANK_REPORT_GRACE_SEC = 3.0  # for the ingest to name the learner rank Ray lost, once a collective failed
+EMIT_TIMEOUT_SEC = 2.0
+MAX_WORKER_RESTARTS = 5
+
+
+class Runner(Component):
+    def __init__(self, cfg: Config, registry: EnvRegistry | None = None, launched: float | None = None):
+        self.launched = launched or time.time()  # train.main passes its own start: torch imports count
+        self.seed = cfg.seed if cfg.seed >= 0 else random.randrange(2**31)
+        self.cfg = replace(cfg, seed=self.seed)
+        if cfg.with_wandb:  # before config.json is written: it keeps the run id
+            self.cfg = wandb_logging.with_run_id(self.cfg, os.path.join(cfg.train_dir, cfg.experiment))
+        self.registry = registry or registry_snapshot(only=cfg.env)
+        # --ray_address: serial samplers if asked, never a serial driver (sf_core/cluster/driver.py says why)
+        self.serial = cfg.serial_mode and not cfg.ray_address
+        self.loop = EventLoop("runner_loop", serial_mode=self.serial)
+        if not self.serial:
+            Routing.use_plain_pickle(self.loop)
+        super().__init__(self.loop, "runner")
+        self.experiment = Experiment(self.cfg)
+        self.topology = Topology()
+        self._stats: TrainingStats | None = None  # made once the processes run (its writer has a thread)
+        self.progress: Progress | None = None  # the console's bar, on a terminal (made with the stats)
+        self.population = Population(self.cfg, self.experiment.path)  # each policy's checkpoints, PBT
+        self.exit_code: int | None = None
+        self.error: str | None = None
+        self.dead_since: dict[str, float] = {}
+        self.group_failure: tuple[str, str, float] | None = None  # a failed collective, waiting to be explained
+        self.last_checkpoint: str | None = None
+        self.stopping = False
+        self.restart_pending = False  # a worker died under --env_fault_policy=restart
+        self.saved_at_shutdown = False
+        self.last_check = time.time()  # when check() last ran: the loop watchdog reads it
+        self.loop_done = threading.Event()
+        self.threads_before_fork = 0
+
+    @property
+    def stats(self) -> TrainingStats:
+        assert self._stats is not None, "stats exist once the components started"
+        return self._stats
+
+    # ---------------------------------------------------------------- setup
+    def _build(self, resume: bool = False, start_method: str | None = None) -> None:
+        cfg = self.cfg if start_method is None else replace(self.cfg, mp_start_method=start_method)
+        if not self.serial:
+            check_user_code(cfg, self.registry)
+        # the algorithm's graph is checked here, so a broken one fails before any process starts
+        build_graph(algorithm_builder(cfg.algo)(LearningParams.from_config(cfg)).nodes, BATCH_KEYS)
+        obs_space, action_space, agents_per_env = probe_spaces(cfg, self.registry, self.seed)
+        population = self.population
+        population.check(agents_per_env)
+        if cfg.restart_behavior == "resume" or resume:
+            population.find_checkpoints()
+        population.start_pbt(self.seed)
+        states = population.states
+        if self.population.resumed is not None:
+            log.info("resuming from %s (policy v%d, %s env frames)", population.resume_from[0], states[0]["version"],
+                     f"{self.population.resumed['frames']:,}")
+        # a resumed run must not replay the env seeds of the first one
+        seed = self.seed + (states[0]["version"] if states[0] else 0)
+        if self.serial:  # every component's tensors are allocated in this process
+            reuse_freed_memory()
+        else:
+            # the runner does little torch work itself; one thread keeps OpenMP's pool unstarted,
+            # so forked component processes do not inherit a pool whose threads they lack
+            self.threads_before_fork = torch.get_num_threads()
+            torch.set_num_threads(1)
+        models = [initial_model(cfg, obs_space, action_space, seed + 1_000_003 * p, state["model"] if state else None)
+                  for p, state in enumerate(states)]
+        device = training_device(cfg)
+        versions = [state["version"] if state else 0 for state in states]
+        setup = Setup(cfg, self.registry, obs_space, action_space, models, versions, device, seed, population.dirs,
+                      population.resume_from, agents_per_env)
+        if cfg.ray_address:  # the learner here, the samplers on the cluster's nodes
+            from sf_core.cluster.driver import build_driver_components
+
+            self.topology = build_driver_components(setup, self)
+        else:
+            self.topology = build_components(setup, self)
+
+    # ---------------------------------------------------------------- run
+    def run(self) -> int:
+        """Train until a stop condition; returns the process exit code."""
+        try:  # first: a bad env, model or checkpoint fails before any file is written
+            self._build()
+        except (ValueError, gym.error.Error) as exc:
+            raise ConfigError(str(exc)) from exc
+        self.experiment.prepare(resuming=self.population.resumed is not None)
+        timer = Timer(self.loop, CHECK_INTERVAL_SEC, object_id="runner_check_timer")
+        timer.timeout.connect(self.check)
+
+        previous = {sig: os_signal.signal(sig, self._on_os_signal) for sig in (os_signal.SIGINT, os_signal.SIGTERM)}
+        try:
+            self._start_components()
+            if not self.serial:
+                start_loop_watchdog(lambda: self.last_check, self.cfg.heartbeat_timeout + 30.0,
+                                    lambda: self.topology.processes, self.loop_done, EXIT_ERROR)
+            self.loop.exec()
+            while self.restart_pending and self._restart_components():
+                self.loop.exec()
+        except ComponentError as exc:  # serial mode: a slot raised on this loop
+            self._fail(exc.component, exc.details)
+            self._save_after_serial_failure()
+        finally:
+            self.loop_done.set()
+            self._stop_processes()
+            for sig, handler in previous.items():
+                os_signal.signal(sig, handler)
+            self._close()
+        if self.error:
+            log.error("%s", self.error)
+        return self.exit_code if self.exit_code is not None else EXIT_OK
+
+    def _start_components(self) -> None:
+        for proc in self.topology.processes:
+            proc.start()
+        if self.threads_before_fork:  # this interpreter may train again, serially, later
+            torch.set_num_threads(self.threads_before_fork)
+        if self._stats is None:
+            # after the processes start: the TensorBoard writer runs a thread, which a fork must not copy
+            start_frames = self.population.resumed["frames"] if self.population.resumed else 0
+            n = self.cfg.num_policies
+            counts = {"env_step": self.cfg.num_workers, "inference": self.cfg.policy_workers_per_policy * n,
+                      "learner": n}
+            writer = self.experiment.summary_writer(start_frames)
+            if self.cfg.with_wandb:  # like the TensorBoard writer, after the fork: wandb runs a service process
+                writer = wandb_logging.WandbWriter(writer, wandb_logging.init_run(self.cfg, self.experiment.path))
+            self._stats = TrainingStats(self.cfg.stats_window, writer, self.launched, counts, n)
+            self.population.restore(self.stats)
+            self.progress = Progress(self.cfg, self.launched)
+        self.last_summary = self.last_console = self.last_save = time.time()
+
+    def _restart_components(self) -> bool:
+        """After a rollout worker process died under --env_fault_policy=restart: every component
+        restarts from the checkpoint the shutdown just saved, the same path as a resume after a crash
+        (slot ownership stays simple: nothing of the old processes is reused). Stats carry on."""
+        self._stop_processes()
+        self.topology.close_processes()
+        self.restart_pending = False
+        if not self.saved_at_shutdown:  # restarting from an older checkpoint would silently roll back
+            self._fail("runner", "a rollout worker died and --env_fault_policy=restart could not restart: the "
+                                 "learner did not save a checkpoint on the way down")
+            return False
+        Routing.forget_all(self)  # connections to the old components
+        Routing.drain(self.loop)  # reports or errors the old components sent while stopping
+        Routing.rearm(self.loop)
+        self.stopping = False
+        self.dead_since.clear()
+        self._build(resume=True, start_method="forkserver")  # this process now runs threads: fork a clean one
+        self._start_components()
+        return True
+
+    def _on_os_signal(self, signum, _frame) -> None:
+        if self.exit_code is None:
+            self.exit_code = EXIT_SIGINT if signum == os_signal.SIGINT else EXIT_SIGTERM
+            log.warning("received %s: saving a checkpoint and stopping", os_signal.Signals(signum).name)
+
+    # ---------------------------------------------------------------- slots
+    @guarded
+    def on_report(self, report: Report) -> None:
+        self.stats.add(report)
+
+    @guarded
+    def on_component_error(self, component: str, details: str) -> None:
+        rank = self.topology.dead_learner_rank()
+        if rank is not None:  # a learner rank's death fails the learner's next collective: name the cause
+            component, details = rank.name, _died(rank)
+        elif details.startswith(GroupError.MARK) and self.cfg.ray_address and self.group_failure is None:
+            # a rank on the cluster is gone: the ingest names it as soon as Ray tells it which (check() waits)
+            self.group_failure = (component, details, time.time())
+            return
+        self._fail(component, details)
+        self._shutdown()
+
+    @guarded
+    def on_checkpoint_saved(self, path: str) -> None:
+        self.last_checkpoint = path
+        self.saved_at_shutdown = self.stopping
+        self.stats.checkpoints_saved += 1
+
+    @guarded
+    def check(self) -> None:
+        cfg, stats, now = self.cfg, self.stats, time.time()
+        self.last_check = now
+        for r in self.population.pbt_step(stats):
+            self._emit(PBT_REPLACE, r.source, r.hyperparams, route=r.policy)
+        if now - self.last_summary >= cfg.experiment_summaries_interval:
+            stats.write_summaries(self.population.pbt.scalars() if self.population.pbt else None)
+            self.experiment.write_summary(stats.summary(None, None, running=True))  # read live by benchmarks
+            self.last_summary = now
+        if self.progress is not None:
+            self.progress.update(stats.frames, now)
+        if now - self.last_console >= cfg.report_interval:
+            log.info(stats.console_line())
+            self.last_console = now
+        if now - self.last_save >= cfg.save_every_sec:
+            self._request_checkpoint()
+            self.last_save = now
+        self._check_health(now)
+        if self.group_failure is not None and now - self.group_failure[2] > RANK_REPORT_GRACE_SEC:
+            self._fail(*self.group_failure[:2])  # no rank was named: the collective's own error
+            self._shutdown()
+        if self.stopping:
+            return
+        if self.exit_code is None:
+            self._check_stop_conditions(now)
+        if self.exit_code is not None:
+            self._shutdown()
+
+    # ---------------------------------------------------------------- checks
+    def _check_stop_conditions(self, now: float) -> None:
+        cfg, stats = self.cfg, self.stats
+        if stats.target_reached(cfg.target_mean_return):
+            log.info("reached --target_mean_return=%g%s", cfg.target_mean_return,
+                     " (every policy)" if cfg.num_policies > 1 else "")
+            stats.target_reached_at = now
+            stats.mean_return_at_target = stats.mean_return()
+            self.exit_code = EXIT_OK
+        elif stats.frames >= cfg.train_for_env_steps:
+            log.info("reached --train_for_env_steps=%d", cfg.train_for_env_steps)
+            self.exit_code = EXIT_OK
+        elif now - self.launched >= cfg.train_for_seconds:
+            log.info("reached --train_for_seconds=%g", cfg.train_for_seconds)
+            self.exit_code = EXIT_OK
+
+    def _check_health(self, now: float) -> None:
+        if self.error is not None or self.stopping:  # processes end while stopping: by design
+            return
+        for proc in self.topology.processes:
+            if proc.is_alive():
+                continue
+            # a crashing component reports its error just before exiting: give that report a moment
+            first_seen = self.dead_since.setdefault(proc.name, now)
+            if now - first_seen > DEATH_REPORT_GRACE_SEC:
+                message = _died(proc)
+                if self._may_restart_after(proc):
+                    self.stats.worker_restarts += 1
+                    log.warning("%s; --env_fault_policy=restart: restarting every component from a fresh "
+                                "checkpoint (restart %d of at most %d)", message, self.stats.worker_restarts,
+                                MAX_WORKER_RESTARTS)
+                    self.restart_pending = True
+                    self._shutdown()  # saves a checkpoint, stops the rest, ends this loop's exec
+                else:
+                    self._fail(proc.name, message)
+                return
+        heartbeats = self.topology.control.heartbeats if self.topology.control is not None else None
+        if heartbeats is not None:
+            for name, silent, activity in heartbeats.stalled(self.cfg.heartbeat_timeout, now):
+                limit = self.cfg.heartbeat_timeout
+                self._fail(name, f"no heartbeat for {silent:.0f}s (--heartbeat_timeout={limit:g}); "
+                                 f"its last activity: {activity}")
+                return
+
+    def _may_restart_after(self, dead) -> bool:
+        """Only a rollout worker's death is survivable, and only while the learner can still save."""
+        learners = [self.topology.host.get(learner.name) for learner in self.topology.learners]
+        return (self.cfg.env_fault_policy == "restart" and self.exit_code is None
+                and dead.name.startswith("rollout_worker_") and all(p is not None and p.is_alive() for p in learners)
+                and self.stats.worker_restarts < MAX_WORKER_RESTARTS)
+
+    def _fail(self, component: str, details: str) -> None:
+        if self.error is None:
+            lines = details.strip().splitlines() or ["unknown error"]
+            self.error = f"training stopped: {component} failed: {lines[-1]}"
+            if len(lines) > 1:
+                self.error += "\n" + details
+            self.exit_code = EXIT_ERROR
+
+    # ---------------------------------------------------------------- checkpoints and shutdown
+    def _request_checkpoint(self) -> None:
+        for p, (state, is_best) in enumerate(self.population.checkpoint_requests(self.stats)):
+            self._emit(SAVE_CHECKPOINT, state, is_best, route=p)
+
+    def _shutdown(self) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        self.saved_at_shutdown = False
+        log.info(self.stats.console_line())
+        if self.topology.control is not None:
+            self.topology.control.request_stop()
+        # never emit into the queue of a dead process: it may have died holding the queue's lock
+        Routing.forget_receivers(self, [c.object_id for c in self.topology.dead_components()])
+        self._request_checkpoint()  # queued before stop: the learner saves, then stops
+        self._emit(STOP)
+        self._stop_processes()
+        self.loop.stop()
+
+    def _emit(self, signal_: Signal, *args, route: int | None = None) -> None:
+        """The runner's emits must not hang: a component killed mid-put leaves a queue locked for good
+        (see Routing.emit_bounded); a receiver behind it is killed by Topology.stop_processes instead.
+        `route`: the policy a routed signal is for."""
+        if self.serial:  # one process: nothing can die holding a lock
+            if isinstance(signal_, RoutedSignal) and route is not None:
+                signal_.emit_to(self, route, *args)
+            else:
+                signal_.emit(self, *args)
+            return
+        unreachable = Routing.emit_bounded(self, signal_, args, timeout=EMIT_TIMEOUT_SEC, route=route)
+        if unreachable:
+            log.warning("could not deliver '%s' to %s: a dead process left its queue locked",
+                        signal_.name, ", ".join(sorted(unreachable)))
+
+    def _save_after_serial_failure(self) -> None:
+        """Serial mode: the loop died with the failing slot; run it once more to save and stop."""
+        Routing.rearm(self.loop)
+        self._request_checkpoint()
+        STOP.emit(self)
+        try:
+            self.loop.process_events()
+        except ComponentError:
+            log.warning("could not save a checkpoint after the failure")
+
+    def _stop_processes(self) -> None:
+        self.topology.stop_processes(SHUTDOWN_GRACE_SEC, self.cfg.heartbeat_timeout)
+
+    def _close(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
+        if self._stats is None:
+            return
+        self.stats.write_summaries()
+        if self.stats.writer is not None:
+            self.stats.writer.close()
+        # from disk: in serial mode the learner's checkpoint_saved may still sit behind the loop's end
+        last = self.population.last_checkpoints()
+        self.last_checkpoint = last[self.stats.best_policy()]
+        summary = self.stats.summary(self.exit_code, self.error)
+        summary["last_checkpoint"] = self.last_checkpoint
+        if len(last) > 1:
+            summary["last_checkpoints"] = last
+        for line in self.stats.policy_report():
+            log.info(line)
+        self.experiment.write_summary(summary)
+        if self.last_checkpoint:
+            log.info("last checkpoint: %s", self.last_checkpoint)
+        self.topology.close_processes()
+
+
+def _died(proc) -> str:  # a ComponentProcess (death_hint: its likely cause) or a learner rank's process
+    return f"process {proc.name} (pid {proc.pid}) died with exit code {proc.exitcode}" + getattr(proc, "death_hint", "")

@@ -1,0 +1,360 @@
+"""Training statistics: aggregated from component reports, written to TensorBoard and the console."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+
+import numpy as np
+
+from sf_core.cluster.cluster_stats import ClusterStats
+from sf_core.contracts.signals import (InferenceReport, LearnerRankReport, LearnerReport, Report, RolloutReport, SamplerReport,
+                             inference_worker_name)
+from sf_core.run.win_rates import WinRates
+
+log = logging.getLogger("sf_core")
+
+
+class PolicyStats:
+    """What one policy of several reached: its episodes, training progress and learner statistics."""
+
+    def __init__(self, window: int):
+        self.returns: deque[float] = deque(maxlen=window)
+        self.lengths: deque[int] = deque(maxlen=window)
+        self.objectives: deque[float] = deque(maxlen=window)  # --pbt_target_objective from the env's infos
+        self.episodes = 0
+        self.samples_trained = 0
+        self.version = 0
+        self.learner: dict[str, float] = {}
+        self.best_mean_return = float("-inf")
+
+    def mean_return(self) -> float | None:
+        return float(np.mean(self.returns)) if self.returns else None
+
+    def state(self) -> dict:
+        return {"episodes": self.episodes, "samples_trained": self.samples_trained, "policy_version": self.version,
+                "mean_return": self.mean_return(), "best_mean_return": float(self.best_mean_return),
+                "recent_returns": [float(r) for r in self.returns], "recent_lengths": [int(n) for n in self.lengths]}
+
+    def restore(self, state: dict) -> None:
+        self.episodes, self.samples_trained = state["episodes"], state["samples_trained"]
+        self.version = state["policy_version"]
+        self.best_mean_return = state.get("best_mean_return", float("-inf"))
+        self.returns.extend(state["recent_returns"])
+        self.lengths.extend(state["recent_lengths"])
+
+
+class TrainingStats:
+    def __init__(self, window: int, writer=None, started: float | None = None,
+                 component_counts: dict[str, int] | None = None, num_policies: int = 1):
+        self.started = started or time.time()
+        self.policies = [PolicyStats(window) for _ in range(num_policies)]
+        self.win_rates = WinRates(num_policies) if num_policies > 1 else None
+        self.frames = 0
+        self.samples_trained = 0
+        self.policy_version = 0
+        self.num_episodes = 0
+        self.returns: deque[float] = deque(maxlen=window)
+        self.lengths: deque[int] = deque(maxlen=window)
+        # multi-agent envs: recent returns of each agent index (a competitive game averages to 0 overall)
+        self.agent_returns: dict[int, deque[float]] = {}
+        self.learner: dict[str, float] = {}
+        self.fps_history: deque[tuple[float, int]] = deque(maxlen=64)
+        self.seconds = {"env_step": 0.0, "inference": 0.0, "learner": 0.0}
+        self.inference_versions: dict[str, int] = {}  # per inference worker, at its latest report
+        self.inference_batches = 0
+        self.inference_requests = 0
+        self.first_frame_at: float | None = None
+        self.target_reached_at: float | None = None
+        # the mean return that met --target_mean_return: episodes finished during the shutdown that
+        # follows still enter the window, so the closing mean can dip just under the target
+        self.mean_return_at_target: float | None = None
+        self.env_faults = 0
+        self.worker_restarts = 0  # rollout worker processes that died and were restarted
+        self.checkpoints_saved = 0
+        # --env_service: each worker's latest slot counts, and totals of slot failures and re-admissions
+        self.service: dict[tuple[int, int], dict[str, int]] = {}  # (sampler, worker) -> its counts
+        self.slot_faults = 0
+        self.slot_readmissions = 0
+        self.interrupted_episodes = 0
+        self.cluster: ClusterStats | None = None  # --ray_address: frames per node, samplers lost and restarted
+        self.previous_seconds: float = 0.0  # training time of earlier sessions of a resumed experiment
+        # how many components share each kind of work, to turn busy seconds into a busy fraction
+        self.component_counts = component_counts or {"env_step": 1, "inference": 1, "learner": 1}
+        self.busy_snapshot = (time.time(), dict(self.seconds))
+        self.summary_snapshot = self.busy_snapshot
+        self.writer = writer
+
+    # ---- ingest
+    def add(self, report: Report) -> None:
+        if isinstance(report, RolloutReport):
+            self._add_rollout(report)
+        elif isinstance(report, InferenceReport):
+            self.seconds["inference"] += report.seconds
+            self.inference_batches += report.batches
+            self.inference_requests += report.requests
+            self.inference_versions[inference_worker_name(report.policy, report.index, len(self.policies))] = \
+                report.version
+        elif isinstance(report, LearnerReport):
+            self.samples_trained += report.samples
+            self.seconds["learner"] += report.train_seconds
+            policy = self.policies[report.policy]
+            policy.samples_trained += report.samples
+            policy.version, policy.learner = report.version, report.stats
+            self.policy_version = max(p.version for p in self.policies)
+            if len(self.policies) == 1:  # several: each policy's are in its own section
+                self.learner = report.stats
+        elif isinstance(report, (SamplerReport, LearnerRankReport)):  # --ray_address
+            self.cluster = self.cluster or ClusterStats()
+            self.cluster.add(report)
+        else:
+            raise TypeError(f"unknown report {report!r}")
+
+    def _add_rollout(self, report: RolloutReport) -> None:
+        self.frames += report.frames
+        if report.frames and self.first_frame_at is None:
+            self.first_frame_at = time.time()
+        self.seconds["env_step"] += report.env_seconds
+        self.env_faults += report.env_faults
+        if report.service is not None:
+            service = report.service
+            counts = {**service.slot_counts, "waiting_envs": service.waiting_envs}
+            self.service[(report.sampler, report.worker)] = counts
+            self.slot_faults += service.slot_faults
+            self.slot_readmissions += service.readmitted
+            self.interrupted_episodes += service.interrupted_episodes
+        for ret, length, agent, policy in report.episodes:
+            self.returns.append(ret)
+            self.lengths.append(length)
+            self.agent_returns.setdefault(agent, deque(maxlen=self.returns.maxlen)).append(ret)
+            self.num_episodes += 1
+            stats = self.policies[policy]
+            stats.returns.append(ret)
+            stats.lengths.append(length)
+            stats.episodes += 1
+        for policy, value in report.objectives:
+            self.policies[policy].objectives.append(value)
+        if self.win_rates is not None:
+            for match in report.matches:
+                self.win_rates.add(match)
+
+    # ---- persistence across a resume
+    def checkpoint_state(self, best_mean_return: float, policy: int = 0) -> dict:
+        """The runner's counters, and what `policy` reached (its own checkpoint keeps it)."""
+        return {"policy_stats": self.policies[policy].state(),"frames": self.frames, "samples_trained": self.samples_trained, "episodes": self.num_episodes,
+                "policy_version": self.policy_version,
+                "env_faults": self.env_faults, "worker_restarts": self.worker_restarts,
+                "training_seconds": self.previous_seconds + self.elapsed(),
+                "mean_return": self.mean_return() if self.returns else None,
+                "best_mean_return": float(best_mean_return), "recent_returns": [float(r) for r in self.returns],
+                "recent_lengths": [int(n) for n in self.lengths]}
+
+    def restore(self, state: dict) -> None:
+        self.frames, self.samples_trained = state["frames"], state["samples_trained"]
+        self.num_episodes, self.env_faults = state["episodes"], state["env_faults"]
+        self.worker_restarts = state.get("worker_restarts", 0)
+        self.policy_version = state["policy_version"]
+        self.previous_seconds = state["training_seconds"]
+        self.returns.extend(state["recent_returns"])
+        self.lengths.extend(state["recent_lengths"])
+        self.fps_history.clear()
+
+    def restore_policy(self, policy: int, state: dict) -> None:
+        """One policy's part of its own checkpoint's runner state (absent in checkpoints of older versions)."""
+        if "policy_stats" in state:
+            self.policies[policy].restore(state["policy_stats"])
+
+    def objective(self, policy: int, name: str) -> float | None:
+        """What PBT ranks `policy` by (--pbt_target_objective); None until it is known."""
+        stats = self.policies[policy]
+        if name == "episode_return":
+            return stats.mean_return()
+        if name == "win_rate":
+            return self.win_rates.mean_win_rate(policy) if self.win_rates is not None else None
+        return float(np.mean(stats.objectives)) if stats.objectives else None
+
+    def target_reached(self, target: float) -> bool:
+        """The mean return of a full window reached `target`: with several policies, every policy's."""
+        window = self.returns.maxlen or 0
+        if len(self.policies) == 1:
+            return len(self.returns) >= window and self.mean_return() >= target
+        return all(len(p.returns) >= window and (m := p.mean_return()) is not None and m >= target
+                   for p in self.policies)
+
+    def best_policy(self) -> int:
+        means = [p.mean_return() for p in self.policies]
+        return max(range(len(means)), key=lambda k: float("-inf") if (m := means[k]) is None else m)
+
+    # ---- derived
+    def elapsed(self) -> float:
+        return time.time() - self.started
+
+    def fps(self) -> float:
+        now = time.time()
+        self.fps_history.append((now, self.frames))
+        while len(self.fps_history) > 2 and now - self.fps_history[0][0] > 10.0:
+            self.fps_history.popleft()
+        (t0, f0), (t1, f1) = self.fps_history[0], self.fps_history[-1]
+        return (f1 - f0) / (t1 - t0) if t1 > t0 else 0.0
+
+    def mean_return(self) -> float:
+        return float(np.mean(self.returns)) if self.returns else float("nan")
+
+    def agent_mean_returns(self) -> dict[str, float]:
+        """Mean recent return per agent index; empty for single-agent envs."""
+        if len(self.agent_returns) < 2:
+            return {}
+        return {str(agent): float(np.mean(r)) for agent, r in sorted(self.agent_returns.items())}
+
+    def summary(self, exit_code: int | None, error: str | None, running: bool = False) -> dict:
+        """training_summary.json: rewritten every summary interval while `running`, and once at the end."""
+        return {
+            "running": running, "exit_code": exit_code, "error": error, "seconds": self.elapsed(),
+            "frames": self.frames,
+            "samples_trained": self.samples_trained, "policy_version": self.policy_version,
+            "episodes": self.num_episodes, "mean_return": self.mean_return() if self.returns else None,
+            "mean_length": float(np.mean(self.lengths)) if self.lengths else None,
+            "time_to_first_frame": self.first_frame_at - self.started if self.first_frame_at else None,
+            "time_to_target": self.target_reached_at - self.started if self.target_reached_at else None,
+            "mean_return_at_target": self.mean_return_at_target,
+            "component_seconds": dict(self.seconds), "env_faults": self.env_faults,
+            "worker_restarts": self.worker_restarts,
+            "checkpoints_saved": self.checkpoints_saved,
+            "slot_faults": self.slot_faults, "slot_readmissions": self.slot_readmissions,
+            "interrupted_episodes": self.interrupted_episodes,
+            "final_learner_stats": dict(self.learner), "inference_versions": dict(self.inference_versions),
+            "agent_mean_returns": self.agent_mean_returns(),
+            **self.policy_summary(),
+            **({"cluster": self.cluster.summary()} if self.cluster else {}),
+        }
+
+    def policy_summary(self) -> dict:
+        """training_summary.json's section per policy (runs of several policies)."""
+        if len(self.policies) == 1:
+            return {}
+        found = {"best_policy": self.best_policy(), "policies": [
+            {"policy": k, "mean_return": p.mean_return(), "episodes": p.episodes, "policy_version": p.version,
+             "samples_trained": p.samples_trained, "best_mean_return": p.best_mean_return,
+             "final_learner_stats": dict(p.learner)} for k, p in enumerate(self.policies)]}
+        if self.win_rates is not None:
+            found["win_rates"] = self.win_rates.matrix()
+            found["games"] = self.win_rates.games()
+        return found
+
+    # ---- output
+    def write_summaries(self, extra: dict[str, float] | None = None) -> None:
+        """TensorBoard scalars now, with `extra` ones (PBT's hyperparameters)."""
+        if self.writer is None:
+            return
+        step, w = self.frames, self.writer
+        w.add_scalar("perf/fps", self.fps(), step)
+        w.add_scalar("perf/samples_trained", self.samples_trained, step)
+        for name, seconds in self.seconds.items():
+            w.add_scalar(f"perf/{name}_seconds_total", seconds, step)
+        for name, seconds in self.seconds.items():  # busy fraction per component since the last summary
+            then, before = self.summary_snapshot
+            w.add_scalar(f"perf/{name}_busy", (seconds - before[name]) /
+                         (max(time.time() - then, 1e-6) * self.component_counts[name]), step)
+        self.summary_snapshot = (time.time(), dict(self.seconds))
+        if self.returns:
+            w.add_scalar("episode/return", self.mean_return(), step)
+            w.add_scalar("episode/length", float(np.mean(self.lengths)), step)
+            w.add_scalar("episode/count", self.num_episodes, step)
+            for agent, mean in self.agent_mean_returns().items():
+                w.add_scalar(f"episode/return_agent_{agent}", mean, step)
+        w.add_scalar("faults/env_restarts", self.env_faults, step)
+        w.add_scalar("faults/worker_restarts", self.worker_restarts, step)
+        if self.cluster:
+            self.cluster.write(w, step)
+        if self.service:
+            for key, value in self.service_totals().items():
+                w.add_scalar(f"service/{key}", value, step)
+            w.add_scalar("service/slot_faults_total", self.slot_faults, step)
+            w.add_scalar("service/readmissions_total", self.slot_readmissions, step)
+            w.add_scalar("service/interrupted_episodes_total", self.interrupted_episodes, step)
+        w.add_scalar("perf/training_hours", (self.previous_seconds + self.elapsed()) / 3600, step)
+        if len(self.policies) == 1:
+            self._write_learner(w, "", self.learner, step)
+        else:
+            self._write_policies(w, step)
+        for tag, figure in (extra or {}).items():
+            w.add_scalar(tag, figure, step)
+        w.flush()
+
+    @staticmethod
+    def _write_learner(w, prefix: str, learner: dict[str, float], step: int) -> None:
+        for key, figure in learner.items():
+            if key == "policy_lag_mean":
+                w.add_scalar(f"{prefix}train/policy_lag", figure, step)
+            w.add_scalar(f"{prefix}train/{key}", figure, step)
+
+    def _write_policies(self, w, step: int) -> None:
+        for k, policy in enumerate(self.policies):
+            prefix = f"policy_{k}/"
+            self._write_learner(w, prefix, policy.learner, step)
+            w.add_scalar(f"{prefix}perf/samples_trained", policy.samples_trained, step)
+            if policy.returns:
+                w.add_scalar(f"{prefix}episode/return", float(np.mean(policy.returns)), step)
+                w.add_scalar(f"{prefix}episode/length", float(np.mean(policy.lengths)), step)
+        if self.win_rates is not None:
+            for tag, value in self.win_rates.scalars().items():
+                w.add_scalar(tag, value, step)
+
+    def service_totals(self) -> dict[str, int]:
+        """Slot counts over all workers: idle (spare), busy, error, stopped, and envs waiting for a slot."""
+        keys = ("idle", "busy", "error", "stopped", "waiting_envs")
+        return {key: sum(s.get(key, 0) for s in self.service.values()) for key in keys}
+
+    def service_line(self) -> str:
+        t = self.service_totals()
+        line = f" | env slots: {t['busy']} busy, {t['idle']} spare, {t['error']} failed"
+        if t["waiting_envs"]:
+            line += f", {t['waiting_envs']} envs waiting (reduced capacity)"
+        return line
+
+    def busy_fractions(self) -> dict[str, float]:
+        """Share of wall time each kind of component spent working since the last call."""
+        now, (then, before) = time.time(), self.busy_snapshot
+        self.busy_snapshot = (now, dict(self.seconds))
+        wall = max(now - then, 1e-6)
+        samplers = max(1, self.cluster.live_samplers()) if self.cluster else 1  # --ray_address: workers × samplers
+        copies = {"env_step": samplers, "inference": samplers, "learner": 1}
+        return {kind: (self.seconds[kind] - before[kind]) / (wall * self.component_counts[kind] * copies[kind])
+                for kind in self.seconds}
+
+    def bottleneck_hint(self) -> str:
+        busy = self.busy_fractions()
+        kind = max(busy, key=lambda k: busy[k])
+        names = {"env_step": "env stepping", "inference": "inference", "learner": "learner"}
+        shares = ", ".join(f"{names[k]} {v:.0%}" for k, v in busy.items())
+        if busy[kind] < 0.5:
+            return f"busy: {shares} (no component saturated: more envs per worker may help)"
+        return f"busy: {shares} -> bottleneck: {names[kind]}"
+
+    def console_line(self) -> str:
+        lags = [p.learner["policy_lag_mean"] for p in self.policies if "policy_lag_mean" in p.learner]
+        lag = float(np.mean(lags)) if lags else float("nan")
+        ret = f"{self.mean_return():.1f}" if self.returns else "n/a"
+        line = (f"[{self.elapsed():6.1f}s] frames {self.frames:,} | fps {self.fps():,.0f} | "
+                f"return {ret} (last {len(self.returns)} of {self.num_episodes} episodes) | "
+                f"policy v{self.policy_version} lag {lag:.1f} | trained {self.samples_trained:,} | "
+                f"{self.bottleneck_hint()}" + (self.service_line() if self.service else "")
+                + (self.cluster.line() if self.cluster else ""))
+        if len(self.policies) > 1:
+            means = [p.mean_return() for p in self.policies]
+            line += " | per policy: " + ", ".join(
+                f"p{k} {'n/a' if m is None else f'{m:.1f}'} (v{p.version})"
+                for k, (m, p) in enumerate(zip(means, self.policies)))
+        return line
+
+    def policy_report(self) -> list[str]:
+        """The console's closing lines of a multi-policy run: each policy, and the win rates of a 2-player game."""
+        if len(self.policies) == 1:
+            return []
+        lines = [f"policy {k}: mean return {p.mean_return() if p.returns else float('nan'):.2f} over "
+                 f"{len(p.returns)} recent of {p.episodes} episodes, version {p.version}"
+                 for k, p in enumerate(self.policies)]
+        if self.win_rates is not None:
+            lines += self.win_rates.console_lines()
+        return lines

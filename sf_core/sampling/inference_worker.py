@@ -1,0 +1,226 @@
+"""Inference worker: batched policy forward passes for many envs at once.
+
+Signals in: policy_request, flush_requests (to itself: one forward pass serves every request queued
+before it), stop. Out: advance (to each rollout worker with a request served), report (sf_core/contracts/signals.py).
+
+Each serves one policy. With several policies it acts only on the rows its policy controls (the
+`policy_id` field) and values the cut episodes that policy played.
+
+Reads observations from the trajectory buffers and writes actions, log-probs, values and the policy
+version into the same rows. For envs truncated on the previous step it also writes the value of
+their final observation (`trunc_values`), which the learner bootstraps from.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from algo.model import ActorCritic, ModelSpec, autocast, store_weights_in_bfloat16
+from sf_core.config import Config
+from sf_core.contracts.buffers import BufferLayout, SharedWeights, TrajectoryBuffers
+from sf_core.contracts.component import Component, guarded
+from sf_core.contracts.control import ControlBlock
+from sf_core.contracts.sample import RowOrigin, check_request
+from sf_core.contracts.signals import ADVANCE, FLUSH_REQUESTS, REPORT, InferenceReport, inference_worker_name
+from sf_core.sampling.device_io import DeviceIO
+from signal_slot.signal_slot import EventLoop, Timer
+
+Request = tuple[int, int, int, int, int, bool]  # policy_request's payload (sf_core/contracts/signals.py)
+
+
+class Rows:
+    """The buffer rows one forward pass acts on, as numpy index tuples. One policy: every env row of each
+    request (`lead` = [requests, rows per split]), indexed by (slot, row). Several: only the rows this policy
+    acts for (`lead` = [rows]), each indexed by (slot, row, env row). What only a recurrent core needs is
+    computed when asked (a feed-forward policy's flush pays for two index arrays)."""
+
+    def __init__(self, requests: list[Request], layout: BufferLayout, policy_id: np.ndarray, policy: int,
+                 num_policies: int):
+        n = len(requests)
+        self.requests, self.layout = requests, layout
+        self.slots = np.fromiter((r[2] for r in requests), dtype=np.int64, count=n)
+        self.rows = np.fromiter((r[3] for r in requests), dtype=np.int64, count=n)
+        self.req: np.ndarray | None = None  # which request each selected row belongs to (several policies)
+        self.env: np.ndarray | None = None
+        if num_policies == 1:  # the fast path: whole splits
+            self.lead: tuple[int, ...] = (n, layout.rows_per_split)
+        else:
+            self.req, self.env = np.nonzero(policy_id[self.slots, self.rows] == policy)
+            self.lead = (len(self.req),)
+        self.at = self.index(self.slots, self.rows)  # this row of each trajectory
+
+    @property
+    def count(self) -> int:
+        return math.prod(self.lead)
+
+    def index(self, slots: np.ndarray, rows: np.ndarray | int) -> tuple:
+        """Index into a [slot, row, env row, ...] buffer for the selected rows."""
+        if self.req is None:
+            return slots, rows
+        return slots[self.req], rows if isinstance(rows, int) else rows[self.req], self.env
+
+    def per_request(self, values: np.ndarray) -> np.ndarray:
+        """A value per request, broadcastable to `lead`."""
+        return values[:, None] if self.req is None else values[self.req]
+
+    def recurrent(self) -> tuple[tuple, tuple, tuple, np.ndarray, np.ndarray]:
+        """(previous row, row 0 of the slot, the env row in per-split tensors, stepped, carried): a row after
+        a step keeps its env's state unless an episode ended on the previous row (row -1 of a row 0 is masked
+        by `stepped`); a carried row acts with its recorded state."""
+        n = len(self.requests)
+        origins = np.fromiter((r[4] for r in self.requests), dtype=np.int64, count=n)
+        splits = np.fromiter((self.layout.split_index(r[0], r[1]) for r in self.requests), dtype=np.int64, count=n)
+        at_split = (splits,) if self.req is None else (splits[self.req], self.env)
+        return (self.index(self.slots, self.rows - 1), self.index(self.slots, 0), at_split,
+                self.per_request(origins == RowOrigin.AFTER_STEP), self.per_request(origins == RowOrigin.CARRIED))
+
+
+REPORT_INTERVAL_SEC = 1.0
+
+
+class InferenceWorker(Component):
+    def __init__(self, loop: EventLoop, index: int, cfg: Config, buffers: TrajectoryBuffers, weights: SharedWeights,
+                 layout: BufferLayout, obs_space: gym.Space, action_space: gym.Space, spec: ModelSpec, device: str,
+                 seed: int, control: ControlBlock | None = None, policy: int = 0):
+        super().__init__(loop, inference_worker_name(policy, index, cfg.num_policies), control)
+        self.policy_index = policy
+        self.index, self.cfg, self.buffers, self.weights, self.layout = index, cfg, buffers, weights, layout
+        self.obs_space, self.action_space, self.device, self.seed = obs_space, action_space, device, seed
+        self.spec = spec
+        self.pending: list[Request] = []
+        self.model: ActorCritic | None = None
+        self.version = -1
+        self.report = InferenceReport(index, policy, 0, 0, 0.0)  # what happened since the last report
+        loop.start.connect(self.on_start)
+
+    @guarded
+    def on_start(self) -> None:
+        torch.manual_seed(self.seed + 7919 * (self.index + 1) + 104729 * self.policy_index)
+        self.model = ActorCritic(self.obs_space, self.action_space, self.spec).to(self.device)
+        self.model.eval()
+        if self.cfg.mixed_precision:
+            store_weights_in_bfloat16(self.model)  # load_into converts each new version once
+        self.version = self.weights.load_into(self.model)
+        self.views = {key: t.numpy() for key, t in self.buffers.fields.items()}
+        self.views["rnn_latest"] = self.buffers.rnn_latest.numpy()
+        self.io = DeviceIO(self.device)
+        self.obs_row_shape = self.views["obs"].shape[3:]  # past [slot, row, env row]: one observation
+        self.timer = Timer(self.event_loop, REPORT_INTERVAL_SEC, object_id=f"{self.name}_report_timer")
+        self.timer.timeout.connect(self.send_report)
+
+    @guarded
+    def policy_request(self, worker: int, split: int, slot: int, row: int, origin: int, has_truncation: bool) -> None:
+        check_request(row, origin, has_truncation)
+        if not self.pending:
+            FLUSH_REQUESTS.emit(self)
+        self.pending.append((worker, split, slot, row, origin, has_truncation))
+
+    @guarded
+    def flush_requests(self) -> None:
+        requests, self.pending = self.pending, []
+        if not requests or self.model is None:
+            return
+        started = time.perf_counter()
+        self.beat("policy forward pass")
+        if self.weights.current_version() != self.version:
+            self.version = self.weights.load_into(self.model)
+        with torch.no_grad():
+            # values of cut episodes first: with a recurrent core they need each env's state before this step
+            self._truncation_values([r for r in requests if r[5]])
+            rows = Rows(requests, self.layout, self.views["policy_id"], self.policy_index, self.cfg.num_policies)
+            if rows.count:
+                self._act(rows)
+
+        splits_by_worker: dict[int, list[int]] = {}
+        for worker, split, *_ in requests:
+            splits_by_worker.setdefault(worker, []).append(split)
+        for worker, splits in splits_by_worker.items():  # one signal per worker, not per split
+            ADVANCE.emit_to(self, worker, splits)
+        self.report.requests += len(requests)
+        self.report.batches += 1
+        self.report.seconds += time.perf_counter() - started
+
+    def _act(self, rows: "Rows") -> None:
+        """Sample actions for these rows and store them with their log-probs, values and the policy version."""
+        views = self.views
+        obs = self.io.gather("obs", views["obs"], rows.at, self.obs_row_shape)
+        state: dict[str, torch.Tensor] = {}
+        if self.policy.recurrent:
+            params, values, state["rnn"], at_split = self._recurrent_step(obs, rows)
+        else:
+            with self.precision():
+                params, values = self.policy(obs)
+        params, values = params.float(), values.float()
+        dist = self.policy.distribution(params)
+        actions = dist.sample()
+        out = self.io.to_host({"actions": actions, "log_prob": dist.log_prob(actions),
+                               "values": self.policy.denormalize_value(values), **state})
+        if state:
+            views["rnn_latest"][at_split] = out["rnn"].reshape(rows.lead + (-1,))
+        views["actions"][rows.at] = out["actions"].reshape(rows.lead + tuple(actions.shape[1:]))
+        views["log_prob"][rows.at] = out["log_prob"].reshape(rows.lead)
+        views["behaviour_values"][rows.at] = out["values"].reshape(rows.lead)
+        views["policy_version"][rows.at] = self.version
+
+    @property
+    def policy(self) -> ActorCritic:
+        assert self.model is not None, "the model is built in on_start"
+        return self.model
+
+    def precision(self):
+        """The policy runs in bfloat16 under --mixed_precision, as the learner's forward pass does."""
+        return autocast(self.device, self.cfg.mixed_precision)
+
+    def _recurrent_step(self, obs: torch.Tensor, rows: "Rows"):
+        """Forward with each row's state: zero after a reset, the recorded one for a carried row, else
+        the env's latest, zeroed where an episode ended on the previous row. Records the state used (the
+        learner unrolls from it) and returns the new one, which `_act` keeps as the env's latest, and where."""
+        views = self.views
+        at_previous, at_row0, at_split, stepped, carried = rows.recurrent()
+        latest = views["rnn_latest"][at_split]  # after each env's previous observation
+        ends = views["dones"][at_previous] | views["truncated"][at_previous]
+        state_in = latest * (~ends & stepped)[..., None]
+        if carried.any():
+            state_in = np.where(carried[..., None], views["rnn_states"][at_row0], state_in)
+        views["rnn_states"][rows.at] = state_in
+        with self.precision():
+            params, values, state_out = self.policy.step(obs, self.io.to_device(
+                "rnn", state_in.reshape(-1, state_in.shape[-1])))
+        return params, values, state_out.float(), at_split
+
+    def _truncation_values(self, requests: list[Request]) -> None:
+        """V(final observation) for envs cut by a time limit on the previous row of these requests (only
+        a step truncates, so that row is row - 1 of the same slot: the row-0 rule, sf_core/contracts/sample.py),
+        by the policy that played the cut episode."""
+        truncated, trunc_values = self.buffers["truncated"], self.buffers["trunc_values"]
+        policy_id = self.buffers["policy_id"]
+        for worker, split, slot, row, _, _ in requests:
+            mask = truncated[slot, row - 1]
+            if self.cfg.num_policies > 1:
+                mask = mask & (policy_id[slot, row - 1] == self.policy_index)
+                if not mask.any():
+                    continue
+            split_index = self.layout.split_index(worker, split)
+            final = self.buffers.final_obs[split_index][mask].to(self.device)
+            with self.precision():
+                if not self.policy.recurrent:
+                    _, values = self.policy(final)
+                else:  # the final observation would have been seen with the state the env had then
+                    state = self.buffers.rnn_latest[split_index][mask].to(self.device)
+                    _, values, _ = self.policy.step(final, state)
+            trunc_values[slot, row - 1, mask] = self.policy.denormalize_value(values.float()).cpu()
+
+    @guarded
+    def send_report(self) -> None:
+        self.report.version = self.version
+        REPORT.emit(self, self.report)
+        self.report = InferenceReport(self.index, self.policy_index, 0, 0, 0.0)
+
+    @guarded
+    def stop(self) -> None:
+        self.stop_loop()

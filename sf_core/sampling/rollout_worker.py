@@ -1,0 +1,346 @@
+"""Rollout worker: owns envs (in `worker_num_splits` split runners) and steps them on request.
+
+Signals in: advance, slots_freed, stop. Out: policy_request, new_trajectories, report (sf_core/contracts/signals.py).
+With --env_service, also envs_stepped, from its own split stepper threads (sf_core/sampling/split_stepper.py).
+
+Double buffering: while one split waits for actions, the worker steps another one. A split runner is
+a VectorEnvRunner (--batched_sampling=True) or a NonBatchedEnvRunner (False, any multi-agent env).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from envs.registry import EnvRegistry
+from sf_core.config import Config
+from sf_core.contracts.buffers import BufferLayout, TrajectoryBuffers
+from sf_core.contracts.component import Component, guarded
+from sf_core.contracts.control import ControlBlock
+from sf_core.contracts.sample import RowOrigin
+from sf_core.contracts.signals import NEW_TRAJECTORIES, POLICY_REQUEST, REPORT, RolloutReport, ServiceReport
+from sf_core.sampling.nonbatched_env_runner import NonBatchedEnvRunner
+from sf_core.sampling.policy_mapping import PolicyMapping
+from sf_core.sampling.split_runner import EnvStepError, SplitRunner
+from sf_core.sampling.split_stepper import SplitSteppers
+from sf_core.sampling.vector_env_runner import VectorEnvRunner
+from sf_core.service.env_pool import EnvPool
+from sf_core.service.remote_env import ServiceError
+from sf_core.service.service_set import PoolGroup
+from signal_slot.signal_slot import EventLoop, Timer
+
+log = logging.getLogger("sf_core")
+
+MAX_FAULTS_IN_A_ROW = 10  # restarts of one split without a finished trajectory before giving up
+REPORT_INTERVAL_SEC = 0.25  # frames counted this often: bounds overshoot of --train_for_env_steps
+
+
+class RolloutWorker(Component):
+    def __init__(self, loop: EventLoop, worker: int, cfg: Config, registry: EnvRegistry, buffers: TrajectoryBuffers,
+                 layout: BufferLayout, seed: int, control: ControlBlock | None = None,
+                 mapping: PolicyMapping | str = "auto", sampler: tuple[int, int] = (0, 1)):
+        super().__init__(loop, f"rollout_worker_{worker}", control)
+        self.worker, self.cfg, self.registry, self.sampler = worker, cfg, registry, sampler
+        self.buffers, self.layout, self.seed, self.mapping = buffers, layout, seed, mapping
+        self.runners: list[SplitRunner] = []
+        self.waiting_for_slot: set[int] = set()
+        # several policies: answers a split still waits for (one per policy asked), and how many batchers
+        # still hold each slot (each policy with samples in it copies its own rows)
+        self.awaiting = [0] * layout.num_splits
+        self.holders: dict[int, int] = {}
+        self.policy_id = buffers["policy_id"].numpy()
+        self.truncated = buffers["truncated"].numpy()
+        self.frames = 0
+        self.env_seconds = 0.0
+        self.env_faults = 0
+        self.timer: Timer | None = None
+        # --env_service: this worker's slots, and splits waiting for a healthy slot (split -> since when)
+        self.pool: EnvPool | PoolGroup | None = None
+        self.steppers: SplitSteppers | None = None  # remote splits step on threads, all at once
+        self.parked: dict[int, float] = {}
+        self.slot_faults = 0
+        self.interrupted_episodes = 0  # episodes cut by a slot failure: never reported as finished
+        self.readmitted_reported = 0
+        self.stopping = False
+        loop.start.connect(self.on_start)
+
+    @guarded
+    def on_start(self) -> None:
+        if self.cfg.env_service:
+            self._open_pool()
+        kind = VectorEnvRunner if self.cfg.batched_sampling else NonBatchedEnvRunner
+        self.runners = [kind(self.cfg, self.worker, s, self.registry, self.buffers, self.layout, self.seed, self.pool,
+                             self.mapping) for s in range(self.layout.num_splits)]
+        if self.pool is not None:
+            self.steppers = SplitSteppers(self, lambda split: self.runners[split], self.layout.num_splits)
+        self.timer = Timer(self.event_loop, REPORT_INTERVAL_SEC, object_id=f"{self.name}_report_timer")
+        self.timer.timeout.connect(self.send_report)
+        self.beat("resetting envs")
+        for s, runner in enumerate(self.runners):
+            slot = runner.take_free_slot()
+            try:
+                runner.reset(slot)
+            except EnvStepError as exc:
+                if not self._is_slot_failure(exc):
+                    raise
+                self._park(s, exc)
+                continue
+            self._request(s, RowOrigin.AFTER_RESET)
+
+    def _open_pool(self) -> None:
+        from sf_core.service.endpoints import parse_pools, parse_service, worker_slice
+        from sf_core.service.skip import is_skip, serve_in_process
+
+        cfg = self.cfg
+        # on a cluster, every node's workers share the slots: this worker's slice is of samplers × workers
+        index, samplers = self.sampler
+        workers, me = cfg.num_workers * samplers, index * cfg.num_workers + self.worker
+        named = None if is_skip(cfg.env_service) else parse_pools(cfg.env_service)
+        if named is not None:  # one slot of every pool per env (sf_core/service/service_set.py)
+            pools, mine = {}, []
+            for name, endpoints in named.items():
+                sliced = worker_slice(endpoints, workers, me)
+                pools[name] = self._env_pool([(f"{s.host}:{s.port}", s.index) for s in sliced], None)
+                mine += [f"{name}: {s}" for s in sliced]
+            self.pool = PoolGroup(pools)
+        elif is_skip(cfg.env_service):  # this worker's own envs, served in-process without sockets
+            address = serve_in_process(cfg.env, cfg.num_envs_per_worker, self.seed + 10_007 * self.worker, cfg,
+                                       self.registry, owner=self.name)
+            mine = [f"{address}#{i}" for i in range(cfg.num_envs_per_worker)]
+            self.pool = self._env_pool([(address, i) for i in range(cfg.num_envs_per_worker)], cfg.env)
+        else:
+            sliced = worker_slice(parse_service(cfg.env_service), workers, me)
+            mine = [str(s) for s in sliced]
+            self.pool = self._env_pool([(f"{s.host}:{s.port}", s.index) for s in sliced], cfg.env)
+        self.pool.describe(timeout=cfg.env_service_timeout)
+        self.retry_timer = Timer(self.event_loop, cfg.env_service_recheck_interval,
+                                 object_id=f"{self.name}_slot_retry_timer")
+        self.retry_timer.timeout.connect(self.retry_parked)
+        log.info("%s: %d env slots (%s%s)", self.name, len(mine), ", ".join(mine[:8]), ", ..." if len(mine) > 8 else "")
+
+    def _env_pool(self, slots: list[tuple[str, int]], env: str | None) -> EnvPool:
+        return EnvPool(slots, env, self.cfg.env_service_timeout, self.cfg.env_service_recheck_interval)
+
+    def _is_slot_failure(self, exc: BaseException) -> bool:
+        return self.pool is not None and isinstance(exc.__cause__, ServiceError)
+
+    def _request(self, split: int, origin: RowOrigin, has_truncation: bool = False) -> None:
+        runner = self.runners[split]
+        slot, row = runner.slot, runner.t
+        policies = [0] if self.cfg.num_policies == 1 else self._policies_asked(slot, row, has_truncation)
+        self.awaiting[split] = len(policies)
+        for policy in policies:
+            POLICY_REQUEST.emit_to(self, policy, self.worker, split, slot, row, int(origin), has_truncation)
+
+    def _policies_asked(self, slot: int, row: int, has_truncation: bool) -> list[int]:
+        """The policies acting on the row, and those whose episodes a time limit cut on the row before:
+        the final observation of a cut episode is valued by the policy that played it."""
+        ids = set(np.unique(self.policy_id[slot, row]).tolist())
+        if has_truncation:
+            cut = self.truncated[slot, row - 1]
+            ids.update(np.unique(self.policy_id[slot, row - 1][cut]).tolist())
+        return sorted(ids)
+
+    def _send_trajectories(self, slot: int) -> None:
+        if self.cfg.num_policies == 1:
+            NEW_TRAJECTORIES.emit_to(self, 0, slot)
+            return
+        policies = np.unique(self.policy_id[slot, :self.layout.rollout]).tolist()  # row T is the next slot's
+        self.holders[slot] = len(policies)
+        for policy in policies:
+            NEW_TRAJECTORIES.emit_to(self, policy, slot)
+
+    @guarded
+    def advance(self, splits: list[int]) -> None:
+        for split in splits:
+            self.awaiting[split] -= 1
+            if self.awaiting[split] > 0:  # another policy has yet to act on this row
+                continue
+            runner = self.runners[split]
+            if runner.trajectory_complete():
+                runner.faults_in_a_row = 0
+                self._send_trajectories(runner.slot)
+                if not runner.next_slot():
+                    self.waiting_for_slot.add(split)
+                    continue
+                if not self.cfg.async_rl:
+                    # sync: the action carried into row 0 predates the weights trained meanwhile
+                    self._request(split, RowOrigin.CARRIED)
+                    continue
+            self._step(split)
+
+    def _step(self, split: int) -> None:
+        self.beat("stepping envs")
+        if self.steppers is not None:  # on the split's own thread; envs_stepped comes back
+            self.steppers.submit(split)
+            return
+        started = time.perf_counter()
+        try:
+            has_truncation = self.runners[split].step()
+        except EnvStepError as exc:
+            self._step_failed(split, exc)
+            return
+        self._stepped(split, has_truncation, time.perf_counter() - started)
+
+    @guarded
+    def envs_stepped(self, split: int) -> None:
+        assert self.steppers is not None  # emitted only by them
+        outcome = self.steppers.take(split)
+        if self.stopping:
+            return
+        if outcome.error is None:
+            self._stepped(split, outcome.has_truncation, outcome.seconds)
+        elif isinstance(outcome.error, EnvStepError):
+            self._step_failed(split, outcome.error)
+        else:
+            raise outcome.error
+
+    def _stepped(self, split: int, has_truncation: bool, seconds: float) -> None:
+        self.env_seconds += seconds
+        # one frame per agent step (a row): the unit the learner trains on, for multi-agent envs too
+        self.frames += self.layout.rows_per_split * self.cfg.env_frameskip
+        self._request(split, RowOrigin.AFTER_STEP, has_truncation)
+
+    def _step_failed(self, split: int, exc: EnvStepError) -> None:
+        if self._is_slot_failure(exc):
+            self._recover_split(split, exc)
+            return
+        if self.cfg.env_fault_policy != "restart":
+            raise exc
+        self._restart_split(split, exc)
+
+    def _restart_split(self, split: int, error: Exception) -> None:
+        """--env_fault_policy=restart: new envs, and the half-finished trajectory is written over.
+        Building or resetting the new envs may fail too: that counts as one more fault in a row."""
+        runner = self.runners[split]
+        while True:
+            self.env_faults += 1
+            runner.faults_in_a_row += 1
+            if runner.faults_in_a_row > MAX_FAULTS_IN_A_ROW:
+                raise EnvStepError(f"{error} — and {MAX_FAULTS_IN_A_ROW} restarts in a row did not help") from error
+            log.warning("%s: %s; restarting split %d's envs (fault %d on this worker)", self.name, error, split,
+                        self.env_faults)
+            self.beat("resetting envs")
+            runner.close()
+            try:
+                fresh = runner.recreated()
+                fresh.reset(runner.slot)
+            except Exception as exc:  # noqa: BLE001 - the env's own failure, retried up to the limit
+                error = exc
+                continue
+            self.runners[split] = fresh
+            self._request(split, RowOrigin.AFTER_RESET)
+            return
+
+    def _recover_split(self, split: int, error: Exception) -> None:
+        """An env slot failed mid-trajectory (whatever --env_fault_policy says: a service is expected to
+        fail now and then). The split's trajectory in progress is dropped, never sent to the learner, and
+        its envs start new episodes, on another slot for the env that lost its own. With no healthy slot
+        free the split waits (parked) and `retry_parked` tries again every recheck interval."""
+        if self.stopping:  # the pool closed under a step still queued: nothing failed
+            return
+        self.slot_faults += 1
+        self.interrupted_episodes += self.layout.envs_per_split
+        log.warning("%s: %s; split %d drops its unfinished trajectory and continues on another slot",
+                    self.name, error, split)
+        self.beat("recovering env slots")
+        failure = self._restart_episodes(split)
+        if failure is not None:
+            self._park(split, failure)
+            return
+        self._request(split, RowOrigin.AFTER_RESET)
+
+    def _restart_episodes(self, split: int) -> EnvStepError | None:
+        """New episodes in every env of the split; the slot failure if no healthy slot is free (any
+        other error propagates)."""
+        try:
+            self.runners[split].restart_episodes()
+        except EnvStepError as exc:
+            if not self._is_slot_failure(exc):
+                raise
+            return exc
+        return None
+
+    def _park(self, split: int, error: Exception) -> None:
+        self.parked.setdefault(split, time.time())
+        log.warning("%s: split %d waits for a healthy env slot (%s)", self.name, split, error)
+
+    @guarded
+    def retry_parked(self) -> None:
+        """Every recheck interval: parked splits try to get slots again (the pool health-checks failed
+        ones meanwhile, re-admitting those that answer). Training stops only after
+        --env_service_down_timeout without any."""
+        if self.stopping:
+            return
+        for split, since in sorted(self.parked.items()):
+            self.beat("waiting for env slots")
+            failure = self._restart_episodes(split)
+            if failure is not None:
+                waited = time.time() - since
+                if waited > self.cfg.env_service_down_timeout:
+                    raise EnvStepError(f"split {split} found no healthy env slot for {waited:.0f}s "
+                                       f"(--env_service_down_timeout={self.cfg.env_service_down_timeout:g}): "
+                                       f"{failure}") from failure
+                continue
+            del self.parked[split]
+            log.info("%s: split %d runs again after %.1fs without a slot", self.name, split, time.time() - since)
+            self._request(split, RowOrigin.AFTER_RESET)
+
+    @guarded
+    def slots_freed(self, slots: list[int]) -> None:
+        S, K = self.layout.num_splits, self.layout.sets_per_split
+        for slot in slots:
+            if slot in self.holders:  # several policies copy their rows of it: free once all did
+                self.holders[slot] -= 1
+                if self.holders[slot] > 0:
+                    continue
+                del self.holders[slot]
+            split, k = (slot // K) % S, slot % K
+            self.runners[split].release(k)
+            if split in self.waiting_for_slot and self.runners[split].next_slot():
+                self.waiting_for_slot.discard(split)
+                if self.cfg.async_rl:
+                    self._step(split)
+                else:  # see advance(): act with the new weights, not the carried action
+                    self._request(split, RowOrigin.CARRIED)
+
+    @guarded
+    def send_report(self) -> None:
+        episodes, matches, objectives = [], [], []
+        in_flight = self.steppers.in_flight if self.steppers is not None else ()
+        for split, runner in enumerate(self.runners):
+            if split in in_flight:  # its thread may be adding to these lists: next report
+                continue
+            episodes += runner.finished_episodes
+            matches += runner.finished_matches
+            objectives += runner.finished_objectives
+            runner.finished_episodes, runner.finished_matches, runner.finished_objectives = [], [], []
+        REPORT.emit(self, RolloutReport(self.worker, self.frames, episodes, self.env_seconds, self.env_faults,
+                                        self._service_report(), matches, objectives))
+        self.frames, self.env_seconds, self.env_faults = 0, 0.0, 0
+
+    def _service_report(self) -> ServiceReport | None:
+        if self.pool is None:
+            return None
+        readmitted = self.pool.readmitted_total
+        report = ServiceReport(self.pool.counts(), self.slot_faults, self.interrupted_episodes,
+                               readmitted - self.readmitted_reported, len(self.parked) * self.layout.envs_per_split)
+        self.slot_faults, self.interrupted_episodes, self.readmitted_reported = 0, 0, readmitted
+        return report
+
+    @guarded
+    def stop(self) -> None:
+        self.stopping = True
+        if self.steppers is not None:  # before the pool closes under a step in flight
+            self.steppers.close(self.cfg.env_service_timeout + 1.0)
+        if self.pool is not None:  # stopping: no need to restore instances on the way out
+            self.pool.close()
+            from sf_core.service.skip import is_skip, stop_in_process
+
+            if isinstance(self.pool, EnvPool) and is_skip(self.cfg.env_service):
+                stop_in_process(self.pool.slots[0].address)
+        for runner in self.runners:
+            runner.close()
+        self.stop_loop()

@@ -1,0 +1,1 @@
+"""Sharing trained agents: export (TorchScript, ONNX) and the Hugging Face Hub model card."""
