@@ -29,7 +29,9 @@ setup(
         "huggingface": ["huggingface_hub>=0.23", "matplotlib>=3.7"],  # push_to_hub / load_from_hub
         "export": ["onnx>=1.16", "onnxscript>=0.2", "onnxruntime>=1.17"],  # python -m sf_core.export
         "ray": ["ray>=2.9", "psutil>=5"],  # --ray_address (docs/distributed.md); psutil: a learner rank's network interface
-        "dev": ["pytest>=7", "pytest-timeout>=2", "psutil>=5", "mypy>=1.8", "imageio>=2.30", "imageio-ffmpeg>=0.4.9",
+        # import-linter: the layers contract (.importlinter), checked by tests/test_layers.py
+        "dev": ["pytest>=7", "pytest-timeout>=2", "psutil>=5", "mypy>=1.8", "import-linter>=2.1", "imageio>=2.30",
+                "imageio-ffmpeg>=0.4.9",
                 "gymnasium[classic-control]>=1.0", "matplotlib>=3.7", "ale-py>=0.10", "gymnasium[mujoco]>=1.0",
                 "pettingzoo>=1.24", "wandb>=0.17", "huggingface_hub>=0.23", "onnx>=1.16", "onnxscript>=0.2",
                 "onnxruntime>=1.17", "ray>=2.9"],

@@ -21,9 +21,9 @@ from sf_core.cli import exit_process
 from sf_core.cli.arguments import _Parser, add_bool_argument
 from sf_core.cli.train import setup_logging
 from sf_core.config import Config, ConfigError
-from sf_core.evaluation.policy import find_policy_checkpoint
 from sf_core.records import checkpoint
 from sf_core.records.experiment import load_config
+from sf_core.records.policy_choice import find_policy_checkpoint
 from sf_core.sharing.model_card import model_card
 
 log = logging.getLogger("sf_core")
@@ -34,7 +34,7 @@ EVAL_RESULTS, VIDEO, CURVE = "eval_results.json", "replay.mp4", "learning_curve.
 def stage(experiment_path: str, repo_id: str, folder: str, which: str = "latest",
           policy_index: int | None = None) -> list[str]:
     """Fill `folder` with the files the repository gets; returns their paths relative to it. Of a run of
-    several policies, one goes: `policy_index`, by default the best (sf_core.evaluation.policy.choose_policy)."""
+    several policies, one goes: `policy_index`, by default the best (sf_core.records.policy_choice.choose_policy)."""
     cfg = load_config(experiment_path)
     results_path = os.path.join(experiment_path, EVAL_RESULTS)
     if not os.path.exists(results_path):

@@ -35,8 +35,8 @@ from algo.model import ActorCritic, ModelSpec
 from algo.observations import PackedObs, is_structured
 from envs.registry import EnvContext, registry_snapshot
 from sf_core.config import Config, ConfigError
-from sf_core.evaluation.policy import find_policy_checkpoint
 from sf_core.records import checkpoint
+from sf_core.records.policy_choice import find_policy_checkpoint
 
 FORMATS = {"onnx": "policy.onnx", "torchscript": "policy.pt"}
 OUTPUTS = ["action", "action_params", "value"]
@@ -58,7 +58,7 @@ class TrainedPolicy:
 def load_trained_policy(experiment_path: str, which: str = "latest", env: str | None = None,
                         policy_index: int | None = None) -> TrainedPolicy:
     """The experiment's model as trained (config.json), with the weights of checkpoint `which` of policy
-    `policy_index` (default: the best policy of a run of several, see sf_core.evaluation.policy.choose_policy)."""
+    `policy_index` (default: the best policy of a run of several, see sf_core.records.policy_choice.choose_policy)."""
     cfg, path, index = find_policy_checkpoint(experiment_path, which, policy_index)
     state = checkpoint.load(path)
     # one env only to read its spaces, as the runner probes them

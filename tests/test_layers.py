@@ -1,0 +1,73 @@
+"""The house's shape: the layers of .importlinter hold, no module imports in a circle, and config imports no
+feature (each registers its own flag checks). docs/architecture.md, "Layout", says what each room is for."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import grimp
+import networkx as nx
+
+from sf_core.cli.arguments import FLAG_CHECKS
+from tests.conftest import REPO
+
+PACKAGES = ("sf_core", "algo", "envs")
+LINT = ("import sys; from importlinter.cli import lint_imports; "
+        "sys.exit(lint_imports(config_filename='.importlinter', no_cache=True))")
+
+
+def lint(root: str) -> subprocess.CompletedProcess:
+    """import-linter over the packages under `root`, as its own process: it imports nothing of ours, and its
+    graph is built from that tree alone."""
+    return subprocess.run([sys.executable, "-c", LINT], cwd=root, env={"PYTHONPATH": root, "PATH": ""},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_layers_contract_holds():
+    result = lint(REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_an_upward_import_breaks_the_contract(tmp_path):
+    """The contract can fail: a contract module that imports the runner is named."""
+    for package in PACKAGES:
+        shutil.copytree(pathlib.Path(REPO, package), tmp_path / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(pathlib.Path(REPO, ".importlinter"), tmp_path)
+    signals = tmp_path / "sf_core" / "contracts" / "signals.py"
+    signals.write_text(signals.read_text(encoding="utf-8") + "\nimport sf_core.run.runner  # noqa\n", encoding="utf-8")
+    result = lint(str(tmp_path))
+    assert result.returncode != 0
+    assert "sf_core.contracts.signals -> sf_core.run.runner" in result.stdout, result.stdout
+
+
+def test_no_import_cycle():
+    """Imports inside functions and under TYPE_CHECKING count too: a circle through either still ties the
+    modules together."""
+    graph = grimp.build_graph(*PACKAGES, include_external_packages=False, cache_dir=None)
+    edges = nx.DiGraph((m, i) for m in graph.modules for i in graph.find_modules_directly_imported_by(m))
+    cycles = [sorted(c) for c in nx.strongly_connected_components(edges) if len(c) > 1]
+    assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def _registering_modules() -> set[str]:
+    found = set()
+    for package in PACKAGES:
+        for path in pathlib.Path(REPO, package).rglob("*.py"):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            calls = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "register_check"
+                     and isinstance(getattr(n, "ctx", None), ast.Load)]
+            module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+            if calls and module != "sf_core.config":
+                found.add(module)
+    return found
+
+
+def test_every_module_that_registers_a_flag_check_is_imported_before_validation():
+    """parse_args imports FLAG_CHECKS before Config.validate: a check registered anywhere else would never run
+    for a command line."""
+    assert _registering_modules() == set(FLAG_CHECKS)
