@@ -177,13 +177,13 @@ def test_env_service_slots_too_few_for_every_nodes_workers_are_refused_with_the_
     """What the ingest checks before it starts any sampler: 5 workers a node have enough slots on one node,
     not on two."""
     from sf_core.cli.arguments import parse_args
-    from sf_core.cluster.sampler import with_service_share
     from sf_core.service.endpoints import ServiceConfigError
+    from sf_core.service.training import share_among_samplers
 
     cfg, _ = parse_args(["--env=CartPole-v1", "--env_service=127.0.0.1:5555*4,127.0.0.1:5556*4", "--num_workers=5"])
-    assert with_service_share(cfg, 1).num_envs_per_worker == 1
+    assert share_among_samplers(cfg, 1).num_envs_per_worker == 1
     with pytest.raises(ServiceConfigError) as refused:
-        with_service_share(cfg, 2)
+        share_among_samplers(cfg, 2)
     assert "8 slots for 2 samplers × --num_workers=5" in str(refused.value)
     assert "use --num_workers=4 or fewer" in str(refused.value)
 

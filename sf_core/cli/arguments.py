@@ -94,6 +94,7 @@ def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = Non
     """Parse and validate; returns the config and the name of the preset applied (if any)."""
     from sf_core.machine.fit import check_device, fit, this_machine
     from sf_core.run.presets import preset_for
+    from sf_core.service.endpoints import ServiceConfigError, apply_to_training, set_by_services
 
     parser = parser or build_parser()
     args = parser.parse_args(list(argv))
@@ -103,16 +104,13 @@ def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = Non
     for key, value in preset.items():
         if key not in typed:
             values[key] = value
-    chosen = typed | set(preset) | ({"num_envs_per_worker"} if values["env_service"] else set())
+    chosen = typed | set(preset) | set_by_services(values)
     check_device(values["device"])
     values["machine_fit"] = fit(values, chosen, this_machine(values["device"]))
-    if values["env_service"]:
-        from sf_core.service.endpoints import ServiceConfigError, apply_to_training
-
-        try:
-            apply_to_training(values, typed)
-        except ServiceConfigError as exc:
-            raise ConfigError(str(exc)) from None
+    try:
+        apply_to_training(values, typed)
+    except ServiceConfigError as exc:
+        raise ConfigError(str(exc)) from None
     cfg = Config(**values)
     import_flag_checks()
     cfg.validate()

@@ -35,7 +35,7 @@ from typing import Any
 
 from sf_core.cluster import placement
 from sf_core.cluster.learner_ranks import RemoteRanks, failure_message
-from sf_core.cluster.sampler import STOP_GRACE_SEC, SamplerSpec, with_service_share
+from sf_core.cluster.sampler import STOP_GRACE_SEC, SamplerSpec
 from sf_core.cluster.shards import Shard, copy_into
 from sf_core.config import Config
 from sf_core.contracts.buffers import DatasetBuffers, SharedWeights
@@ -43,6 +43,7 @@ from sf_core.contracts.component import Component, guarded
 from sf_core.contracts.control import ControlBlock
 from sf_core.contracts.signals import (BATCH_READY, COMPONENT_ERROR, REPORT, SHARDS_ARRIVED, LearnerRankReport, RolloutReport,
                              SamplerReport)
+from sf_core.service.training import share_among_samplers
 from signal_slot.signal_slot import EventLoop, EventLoopObject, Timer
 
 log = logging.getLogger("sf_core")
@@ -118,7 +119,7 @@ class ShardIngest(Component):
 
     def _share_services(self, count: int) -> None:
         """--env_service slots go to every sampler's workers: refuse, before any starts, slots too few for them."""
-        with_service_share(self.cfg, count)
+        share_among_samplers(self.cfg, count)
         self.spec = replace(self.spec, count=count)
 
     def _start(self, index: int, incarnation: int, bundle: int = -1) -> SamplerState:

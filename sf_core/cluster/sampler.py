@@ -34,6 +34,7 @@ from sf_core.contracts.signals import SHARD_TAKEN, STOP, Report
 from sf_core.machine.fit import refit_on_node
 from sf_core.machine.wiring import (DatasetSink, Setup, Topology, build_components, check_user_code, initial_model,
                                      start_method)
+from sf_core.service.training import share_among_samplers
 from signal_slot.signal_slot import EventLoop, Timer
 
 log = logging.getLogger("sf_core")
@@ -127,7 +128,7 @@ class Sampler:
         setup_logging()  # the node's log lines reach the driver's console through Ray, prefixed with the actor
         self.spec, self.node = spec, ray.get_runtime_context().get_node_id()
         # a sampler never trains, writes no files
-        cfg = replace(with_service_share(refit_on_node(spec.cfg), spec.count), ray_address="", num_learners=1,
+        cfg = replace(share_among_samplers(refit_on_node(spec.cfg), spec.count), ray_address="", num_learners=1,
                       mp_start_method=sampler_start_method(spec.cfg.mp_start_method))
         self.outbox: queue.Queue = queue.Queue(maxsize=cfg.shards_in_flight * cfg.num_policies)
         take_niceness(spec.niceness)  # before the processes start: they inherit it
@@ -200,31 +201,6 @@ class Sampler:
             self.thread.join(timeout=STOP_GRACE_SEC)
         self.host.topology.stop_processes(STOP_GRACE_SEC, self.host.cfg.heartbeat_timeout)
         self.host.release_lock_name()
-
-
-def with_service_share(cfg: Config, samplers: int) -> Config:
-    """With --env_service, the slots are divided among every node's rollout workers (samplers × --num_workers),
-    not among one node's as the flags were resolved: each sampler's workers run their own share, so no slot
-    serves two workers. Raises ServiceConfigError, with the arithmetic, when the slots cannot feed every worker."""
-    from sf_core.service.endpoints import ServiceConfigError, parse_pools, parse_service, training_share
-    from sf_core.service.skip import is_skip
-
-    if not cfg.env_service or is_skip(cfg.env_service):
-        return cfg
-    workers = cfg.num_workers * samplers
-    try:
-        share, _ = training_share(cfg.env_service, workers)
-    except ServiceConfigError:
-        pools = parse_pools(cfg.env_service) or {"": parse_service(cfg.env_service)}
-        slots = min(sum(e.capacity for e in endpoints) for endpoints in pools.values())
-        advice = (f"--num_workers={slots // samplers} or fewer" if slots >= samplers else
-                  f"--num_samplers={slots} with --num_workers=1")
-        raise ServiceConfigError(
-            f"--env_service has {slots} slots{' per pool' if len(pools) > 1 else ''} for {samplers} samplers × "
-            f"--num_workers={cfg.num_workers} = {workers} rollout workers: on a cluster every node's workers share "
-            f"the slots, and each needs at least one; use {advice}, or add capacity") from None
-    splits = max(d for d in range(1, cfg.worker_num_splits + 1) if share % d == 0)
-    return replace(cfg, num_envs_per_worker=share, worker_num_splits=splits)
 
 
 def sampler_start_method(requested: str) -> str:

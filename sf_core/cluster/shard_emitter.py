@@ -18,12 +18,13 @@ from sf_core.cluster.shards import arrays_of
 from sf_core.contracts.buffers import DatasetBuffers
 from sf_core.contracts.component import Component, guarded
 from sf_core.contracts.control import ControlBlock
+from sf_core.contracts.names import per_policy
 from sf_core.contracts.signals import BATCH_CONSUMED, SHARD_TAKEN
 from signal_slot.signal_slot import EventLoop
 
 
 def shard_emitter_name(policy: int, num_policies: int) -> str:
-    return "shard_emitter" if num_policies == 1 else f"shard_emitter_p{policy}"
+    return per_policy("shard_emitter", policy, num_policies)
 
 
 class ShardEmitter(Component):

@@ -18,6 +18,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, ParamSpec
 
+from sf_core.contracts.names import per_policy
+
 P = ParamSpec("P")
 
 
@@ -101,7 +103,7 @@ class RolloutReport:
 
 def inference_worker_name(policy: int, index: int, num_policies: int) -> str:
     """An inference worker's component name (the address rollout workers' requests go to)."""
-    return f"inference_worker_{index}" if num_policies == 1 else f"inference_worker_p{policy}_{index}"
+    return f"{per_policy('inference_worker', policy, num_policies)}_{index}"
 
 
 @dataclass

@@ -21,13 +21,14 @@ from sf_core.config import Config
 from sf_core.contracts.buffers import BufferLayout, DatasetBuffers, TrajectoryBuffers
 from sf_core.contracts.component import Component, guarded
 from sf_core.contracts.control import ControlBlock
+from sf_core.contracts.names import per_policy
 from sf_core.contracts.sample import FIELDS
 from sf_core.contracts.signals import BATCH_READY, SLOTS_FREED
 from signal_slot.signal_slot import EventLoop
 
 
 def batcher_name(policy: int, num_policies: int) -> str:
-    return "batcher" if num_policies == 1 else f"batcher_p{policy}"
+    return per_policy("batcher", policy, num_policies)
 
 
 class Batcher(Component):

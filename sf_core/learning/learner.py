@@ -29,6 +29,7 @@ from sf_core.config import NUMERIC_LEARNING_FLAGS, Config
 from sf_core.contracts.buffers import DatasetBuffers, SharedWeights
 from sf_core.contracts.component import Component, guarded
 from sf_core.contracts.control import ControlBlock
+from sf_core.contracts.names import per_policy
 from sf_core.contracts.sample import BATCH_KEYS
 from sf_core.contracts.signals import BATCH_CONSUMED, CHECKPOINT_SAVED, COMPONENT_ERROR, REPORT, LearnerReport
 from sf_core.learning.group.link import GroupError
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 
 def learner_name(policy: int, num_policies: int) -> str:
-    return "learner" if num_policies == 1 else f"learner_p{policy}"
+    return per_policy("learner", policy, num_policies)
 
 
 def hyperparams_of(cfg: Config) -> dict[str, float]:

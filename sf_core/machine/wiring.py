@@ -42,6 +42,7 @@ from sf_core.learning.learner import Learner, learner_name
 from sf_core.sampling import policy_mapping
 from sf_core.sampling.inference_worker import InferenceWorker
 from sf_core.sampling.rollout_worker import RolloutWorker
+from sf_core.service import training as services
 from signal_slot.signal_slot import EventLoop
 
 log = logging.getLogger("sf_core")
@@ -306,8 +307,9 @@ def check_user_code(cfg: Config, registry: EnvRegistry) -> None:
 
 def probe_spaces(cfg: Config, registry: EnvRegistry, seed: int) -> tuple[gym.Space, gym.Space, int]:
     """The env's (per-agent) spaces and its number of agents, from one instance made here."""
-    if cfg.env_service:
-        return _probe_service_spaces(cfg, registry)
+    served = services.probe_spaces(cfg, registry)
+    if served is not None:
+        return served
     env = registry.make(cfg.env, cfg, EnvContext(worker_index=-1, env_index=-1, seed=seed))
     try:
         agents = num_agents(env)
@@ -317,36 +319,6 @@ def probe_spaces(cfg: Config, registry: EnvRegistry, seed: int) -> tuple[gym.Spa
         return env.observation_space, env.action_space, agents
     finally:
         env.close()
-
-
-def _probe_service_spaces(cfg: Config, registry: EnvRegistry) -> tuple[gym.Space, gym.Space, int]:
-    """--env_service: every server must answer, serve --env with the capacity the flag lists; the
-    spaces come from their description (the trainer does not need the env's code). With named pools,
-    --env is the registered composition of their envs, built once on one slot of each."""
-    from sf_core.service.endpoints import ServiceConfigError, check_training_endpoints, parse_pools, parse_service
-    from sf_core.service.protocol import space_from_json
-    from sf_core.service.remote_env import EnvClient, ServiceError, close_context, hello
-    from sf_core.service.service_set import probe_composed_spaces
-    from sf_core.service.skip import is_skip, serve_in_process, stop_in_process
-
-    if is_skip(cfg.env_service):  # asked through the protocol, as a rollout worker will ask its own server
-        address = serve_in_process(cfg.env, 1, cfg=cfg, registry=registry)
-        try:
-            d = hello(EnvClient(address))
-        finally:
-            stop_in_process(address)
-        return space_from_json(d["observation_space"]), space_from_json(d["action_space"]), 1
-    try:
-        named = parse_pools(cfg.env_service)
-        if named is not None:  # the env is composed from one slot of each pool: built once here
-            obs_space, action_space = probe_composed_spaces(cfg, registry, named)
-            return obs_space, action_space, 1
-        d = check_training_endpoints(parse_service(cfg.env_service), cfg.env, cfg.env_service_timeout)
-    except (ServiceConfigError, ServiceError) as exc:
-        raise ConfigError(f"--env_service: {exc}") from None
-    finally:
-        close_context()  # no ZeroMQ I/O threads in a process about to fork the workers
-    return space_from_json(d["observation_space"]), space_from_json(d["action_space"]), 1
 
 
 def initial_model(cfg: Config, obs_space: gym.Space, action_space: gym.Space, seed: int,

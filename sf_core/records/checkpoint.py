@@ -15,13 +15,15 @@ import shutil
 import numpy as np
 import torch
 
+from sf_core.contracts.names import per_policy
+
 PATTERN = "checkpoint_v{version:09d}_f{frames:012d}.pt"
 BEST = "best.pt"
 
 
 def checkpoint_dir(experiment_path: str, policy: int = 0, num_policies: int = 1) -> str:
     """`checkpoint/` for a run of one policy; `checkpoint_p{K}/` for each policy of several."""
-    return os.path.join(experiment_path, "checkpoint" if num_policies == 1 else f"checkpoint_p{policy}")
+    return os.path.join(experiment_path, per_policy("checkpoint", policy, num_policies))
 
 
 def list_checkpoints(directory: str) -> list[str]:

@@ -26,6 +26,7 @@ from sf_core.sampling.policy_mapping import PolicyMapping
 from sf_core.sampling.split_runner import EnvStepError, SplitRunner
 from sf_core.sampling.split_stepper import SplitSteppers
 from sf_core.sampling.vector_env_runner import VectorEnvRunner
+from sf_core.service import training as services
 from sf_core.service.env_pool import EnvPool
 from sf_core.service.remote_env import ServiceError
 from sf_core.service.service_set import PoolGroup
@@ -68,8 +69,7 @@ class RolloutWorker(Component):
 
     @guarded
     def on_start(self) -> None:
-        if self.cfg.env_service:
-            self._open_pool()
+        self._open_pool()
         kind = VectorEnvRunner if self.cfg.batched_sampling else NonBatchedEnvRunner
         self.runners = [kind(self.cfg, self.worker, s, self.registry, self.buffers, self.layout, self.seed, self.pool,
                              self.mapping) for s in range(self.layout.num_splits)]
@@ -90,38 +90,13 @@ class RolloutWorker(Component):
             self._request(s, RowOrigin.AFTER_RESET)
 
     def _open_pool(self) -> None:
-        from sf_core.service.endpoints import parse_pools, parse_service, worker_slice
-        from sf_core.service.skip import is_skip, serve_in_process
-
-        cfg = self.cfg
-        # on a cluster, every node's workers share the slots: this worker's slice is of samplers × workers
-        index, samplers = self.sampler
-        workers, me = cfg.num_workers * samplers, index * cfg.num_workers + self.worker
-        named = None if is_skip(cfg.env_service) else parse_pools(cfg.env_service)
-        if named is not None:  # one slot of every pool per env (sf_core/service/service_set.py)
-            pools, mine = {}, []
-            for name, endpoints in named.items():
-                sliced = worker_slice(endpoints, workers, me)
-                pools[name] = self._env_pool([(f"{s.host}:{s.port}", s.index) for s in sliced], None)
-                mine += [f"{name}: {s}" for s in sliced]
-            self.pool = PoolGroup(pools)
-        elif is_skip(cfg.env_service):  # this worker's own envs, served in-process without sockets
-            address = serve_in_process(cfg.env, cfg.num_envs_per_worker, self.seed + 10_007 * self.worker, cfg,
-                                       self.registry, owner=self.name)
-            mine = [f"{address}#{i}" for i in range(cfg.num_envs_per_worker)]
-            self.pool = self._env_pool([(address, i) for i in range(cfg.num_envs_per_worker)], cfg.env)
-        else:
-            sliced = worker_slice(parse_service(cfg.env_service), workers, me)
-            mine = [str(s) for s in sliced]
-            self.pool = self._env_pool([(f"{s.host}:{s.port}", s.index) for s in sliced], cfg.env)
-        self.pool.describe(timeout=cfg.env_service_timeout)
-        self.retry_timer = Timer(self.event_loop, cfg.env_service_recheck_interval,
+        """--env_service: this worker's slots, and a timer that retries the splits parked on a failed one."""
+        self.pool = services.open_worker_pool(self.cfg, self.registry, self.worker, self.seed, self.name, self.sampler)
+        if self.pool is None:
+            return
+        self.retry_timer = Timer(self.event_loop, self.cfg.env_service_recheck_interval,
                                  object_id=f"{self.name}_slot_retry_timer")
         self.retry_timer.timeout.connect(self.retry_parked)
-        log.info("%s: %d env slots (%s%s)", self.name, len(mine), ", ".join(mine[:8]), ", ..." if len(mine) > 8 else "")
-
-    def _env_pool(self, slots: list[tuple[str, int]], env: str | None) -> EnvPool:
-        return EnvPool(slots, env, self.cfg.env_service_timeout, self.cfg.env_service_recheck_interval)
 
     def _is_slot_failure(self, exc: BaseException) -> bool:
         return self.pool is not None and isinstance(exc.__cause__, ServiceError)
@@ -337,10 +312,6 @@ class RolloutWorker(Component):
             self.steppers.close(self.cfg.env_service_timeout + 1.0)
         if self.pool is not None:  # stopping: no need to restore instances on the way out
             self.pool.close()
-            from sf_core.service.skip import is_skip, stop_in_process
-
-            if isinstance(self.pool, EnvPool) and is_skip(self.cfg.env_service):
-                stop_in_process(self.pool.slots[0].address)
         for runner in self.runners:
             runner.close()
         self.stop_loop()

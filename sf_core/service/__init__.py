@@ -7,6 +7,8 @@ batch_step    several slots stepped at once: one `steps` message per server, rep
 skip          skip mode (--env_service=skip:ENV): a socketless server in the caller's own process
 env_pool      a rollout worker's or evaluator's slots: health checks, failover, re-admission
 endpoints     --env_service: parsing, probing, and dividing slots among workers
+training      what training asks of the services (the engine's one way in): the served spaces, a rollout
+              worker's pool of slots, the slots shared among a cluster's samplers
 
 The evaluator that runs tasks on these slots is in sf_core/evaluation/.
 """

@@ -184,11 +184,18 @@ def worker_slice(endpoints: list[Endpoint], num_workers: int, worker: int) -> li
     return slots[start:start + share + (1 if worker < extra else 0)]
 
 
+def set_by_services(values: dict) -> set[str]:
+    """The flags --env_service decides (`apply_to_training`), which no machine fit may choose."""
+    return {"num_envs_per_worker"} if values["env_service"] else set()
+
+
 def apply_to_training(values: dict, typed: set[str]) -> None:
     """With --env_service, a worker's envs are its share of the slots: set --num_envs_per_worker to it
     (and lower an untyped --worker_num_splits to a divisor of it). Raises with the arithmetic when the
     capacity cannot feed the workers or contradicts a typed flag. Skip mode keeps --num_envs_per_worker:
-    each worker serves that many envs in-process."""
+    each worker serves that many envs in-process. Without --env_service, nothing changes."""
+    if not values["env_service"]:
+        return
     if is_skip(values["env_service"]):
         check_skip(values["env_service"], values["env"])
         return

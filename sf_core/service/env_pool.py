@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 
@@ -90,6 +90,7 @@ class EnvPool:
         # caller's loop (a rollout worker's, with live envs on other slots) never waits on a dead server
         self.checker: threading.Thread | None = None
         self.closed = threading.Event()
+        self.on_close: Callable[[], None] | None = None  # what else ends with the pool (an in-process server)
 
     # ---------------------------------------------------------------- spaces
     def describe(self, timeout: float | None = None) -> dict:
@@ -291,6 +292,8 @@ class EnvPool:
             if slot.env is not None:
                 slot.env.close()
                 slot.env = None
+        if self.on_close is not None:
+            self.on_close()
 
 
 class PooledEnv(gym.Env):
