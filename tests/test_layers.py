@@ -71,3 +71,41 @@ def test_every_module_that_registers_a_flag_check_is_imported_before_validation(
     """parse_args imports FLAG_CHECKS before Config.validate: a check registered anywhere else would never run
     for a command line."""
     assert _registering_modules() == set(FLAG_CHECKS)
+
+
+ENTRY_MODULES = {"train", "enjoy", "evaluate", "export", "env_server", "plot"}
+
+
+def test_sf_core_holds_only_the_config_the_entry_modules_and_rooms():
+    """A library module belongs in a room (a sub-package) that says what it may touch."""
+    top = {p.stem for p in pathlib.Path(REPO, "sf_core").glob("*.py")}
+    assert top == {"__init__", "config"} | ENTRY_MODULES
+
+
+def test_env_services_reach_the_engine_through_their_seam():
+    """Outside sf_core/service/, the training config's --env_service is read where buffers are sized and where a
+    cluster node refits its flags, nowhere else: everything else asks sf_core/service/training.py, which answers
+    for a run without services too. (The evaluator's own --env_service flag is its command line's, not this.)"""
+    readers = set()
+    for package in PACKAGES:
+        for path in pathlib.Path(REPO, package).rglob("*.py"):
+            relative = path.relative_to(REPO).as_posix()
+            if relative.startswith("sf_core/service/"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                read = ast.unparse(node) if isinstance(node, (ast.Attribute, ast.Subscript)) else ""
+                if read in ("cfg.env_service", "self.cfg.env_service", "values['env_service']"):
+                    readers.add(relative)
+    assert readers == {"sf_core/contracts/buffers.py", "sf_core/machine/fit.py"}, readers
+
+
+def test_the_per_policy_name_rule_is_written_once():
+    """`name` for one policy, `name_p{k}` for several: sf_core/contracts/names.py alone writes it."""
+    found = []
+    for package in PACKAGES:
+        for path in pathlib.Path(REPO, package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.JoinedStr) and any(
+                        isinstance(v, ast.Constant) and str(v.value).endswith("_p") for v in node.values):
+                    found.append(path.relative_to(REPO).as_posix())
+    assert found == ["sf_core/contracts/names.py"], found

@@ -72,7 +72,7 @@ class PolicyPort(EventLoopObject):
     """Policy p's end of the ingest, on the ingest's loop: its learner's datasets come from here."""
 
     def __init__(self, loop: EventLoop, ingest: "ShardIngest", policy: int):
-        super().__init__(loop, f"shard_ingest_p{policy}")
+        super().__init__(loop, f"shard_ingest_port_{policy}")  # every policy has one, even alone
         self.ingest, self.policy = ingest, policy
 
     def batch_consumed(self, index: int) -> None:
