@@ -257,7 +257,7 @@ def check_args(args: argparse.Namespace) -> None:
     if args.seconds <= 0 or args.warmup < 0 or args.rounds < 1:
         raise SystemExit("benchmark: --seconds must be > 0, --warmup >= 0 and --rounds >= 1")
     args.sf_extra_flags = [flag for chunk in args.sf_extra for flag in shlex.split(chunk)]
-    if args.baseline_repo and not os.path.exists(os.path.join(args.baseline_repo, "sf_core", "runner.py")):
+    if args.baseline_repo and not os.path.exists(os.path.join(args.baseline_repo, "sf_core", "train.py")):
         raise SystemExit(f"benchmark: --baseline_repo={args.baseline_repo} is not a checkout of sf_core")
     check_modes(args)
 

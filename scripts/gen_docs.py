@@ -49,8 +49,8 @@ HEADER = """\
      Do not edit by hand: run `python scripts/gen_docs.py` (tests/test_docs.py checks it). -->
 
 Every flag of `python -m sf_core.train` (and of `sf_core.train.main(argv)`), grouped as in `--help`.
-Pass them as `--name=value`. Booleans accept `True`/`False` (also `1`/`0`, `yes`/`no`, `on`/`off`),
-as `--name=False` or `--name False`, and a boolean written alone means True (`--serial_mode`), as in
+Pass them as `--<name>=value`. Booleans accept `True`/`False` (also `1`/`0`, `yes`/`no`, `on`/`off`),
+as `--<name>=False` or `--<name> False`, and a boolean written alone means True (`--serial_mode`), as in
 Sample Factory; the same holds for `sf_core.enjoy`, `sf_core.evaluate`, `sf_core.env_server` and the
 scripts. List flags take space-separated values (`--encoder_mlp_layers 64 64`). Unknown flags and abbreviations
 are errors. A per-env preset (table at the end) may change a default; a flag you type always wins.
