@@ -10,8 +10,8 @@ import torch
 from sf_core.config import Config
 from sf_core.contracts import signals
 from sf_core.contracts.buffers import BufferLayout, DatasetBuffers, TrajectoryBuffers
-from sf_core.contracts.sample import (BATCH_KEYS, CARRIED, FIELDS, RowOrigin, RowRuleError, SampleSpaces, batch_tensors,
-                            check_request)
+from sf_core.contracts.sample import (BATCH_KEYS, CARRIED, FIELDS, RowOrigin, RowRuleError, SampleSpaces,
+                                      batch_tensors, check_request)
 
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
 SPACES = SampleSpaces(OBS, gym.spaces.Discrete(2), rnn_state_size=4)

@@ -102,7 +102,8 @@ def test_the_start_up_says_where_bfloat16_pays_off_and_where_it_costs(monkeypatc
 
     import sf_core.machine.device
 
-    monkeypatch.setattr(sf_core.machine.device, "has_fast_bfloat16", lambda device: fast)  # the hardware, not the advice
+    # the hardware, not the advice
+    monkeypatch.setattr(sf_core.machine.device, "has_fast_bfloat16", lambda device: fast)
     with caplog.at_level(logging.INFO, logger="sf_core"):
         assert sf_core.machine.device.training_device(Config(env="x", mixed_precision=mixed_precision)) == "cpu"
     said = " ".join(r.getMessage() for r in caplog.records)

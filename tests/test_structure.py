@@ -94,7 +94,8 @@ def test_signal_slot_internals_only_behind_the_routing_adapter():
 
 
 @pytest.mark.parametrize("module", ["sf_core.evaluation.worker", "sf_core.evaluation.evaluator",
-                                    "sf_core.sampling.rollout_worker", "sf_core.sampling.inference_worker", "sf_core.learning.learner"])
+                                    "sf_core.sampling.rollout_worker", "sf_core.sampling.inference_worker",
+                                    "sf_core.learning.learner"])
 def test_worker_processes_import_no_command_line_tool(module):
     """A component or worker process must not pull in an entry point (and its logging and parsing)."""
     import importlib

@@ -41,8 +41,8 @@ from sf_core.config import Config
 from sf_core.contracts.buffers import DatasetBuffers, SharedWeights
 from sf_core.contracts.component import Component, guarded
 from sf_core.contracts.control import ControlBlock
-from sf_core.contracts.signals import (BATCH_READY, COMPONENT_ERROR, REPORT, SHARDS_ARRIVED, LearnerRankReport, RolloutReport,
-                             SamplerReport)
+from sf_core.contracts.signals import (BATCH_READY, COMPONENT_ERROR, REPORT, SHARDS_ARRIVED, LearnerRankReport,
+                                       RolloutReport, SamplerReport)
 from sf_core.service.training import share_among_samplers
 from signal_slot.signal_slot import EventLoop, EventLoopObject, Timer
 

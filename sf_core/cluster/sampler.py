@@ -33,7 +33,7 @@ from sf_core.contracts.component import Component, guarded
 from sf_core.contracts.signals import SHARD_TAKEN, STOP, Report
 from sf_core.machine.fit import refit_on_node
 from sf_core.machine.wiring import (DatasetSink, Setup, Topology, build_components, check_user_code, initial_model,
-                                     start_method)
+                                    start_method)
 from sf_core.service.training import share_among_samplers
 from signal_slot.signal_slot import EventLoop, Timer
 

@@ -117,8 +117,8 @@ class DatasetSink:
 
 
 # What every component process imports: a forkserver imports it once, and each process forks from it
-FORKSERVER_PRELOAD = ["torch", "numpy", "gymnasium", "sf_core.sampling.rollout_worker", "sf_core.sampling.inference_worker",
-                      "sf_core.learning.batcher", "sf_core.learning.learner"]
+FORKSERVER_PRELOAD = ["torch", "numpy", "gymnasium", "sf_core.sampling.rollout_worker",
+                      "sf_core.sampling.inference_worker", "sf_core.learning.batcher", "sf_core.learning.learner"]
 
 
 def start_method(requested: str, device: str) -> str:
@@ -218,7 +218,8 @@ def build_components(setup: Setup, runner: Component, sink: DatasetSink | None =
     policies = [_build_policy(setup, p, buffers, layout, topology, control, host, runner, spec, sink)
                 for p in range(cfg.num_policies)]
     learner = policies[0].learner
-    if isinstance(learner, Learner) and learner.group is not None:  # ranks 1..N-1 of its learner group, started after the learner's process
+    # ranks 1..N-1 of its learner group, started after the learner's process
+    if isinstance(learner, Learner) and learner.group is not None:
         topology.processes += followers.follower_processes(ctx, learner.group, learner.trainer, learner.datasets,
                                                            learner.weights, cfg.torch_threads)
     mapping = policy_mapping.resolve(cfg.policy_mapping)

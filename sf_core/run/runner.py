@@ -24,7 +24,8 @@ from algo.graph import build_graph
 from algo.params import LearningParams
 from envs.registry import EnvRegistry, registry_snapshot
 from sf_core.config import Config, ConfigError
-from sf_core.contracts.component import Component, ComponentError, Routing, guarded, reuse_freed_memory, start_loop_watchdog
+from sf_core.contracts.component import (Component, ComponentError, Routing, guarded, reuse_freed_memory,
+                                         start_loop_watchdog)
 from sf_core.contracts.sample import BATCH_KEYS
 from sf_core.contracts.signals import PBT_REPLACE, SAVE_CHECKPOINT, STOP, Report, RoutedSignal, Signal
 from sf_core.learning.group.link import GroupError

@@ -9,8 +9,8 @@ from collections import deque
 import numpy as np
 
 from sf_core.cluster.cluster_stats import ClusterStats
-from sf_core.contracts.signals import (InferenceReport, LearnerRankReport, LearnerReport, Report, RolloutReport, SamplerReport,
-                             inference_worker_name)
+from sf_core.contracts.signals import (InferenceReport, LearnerRankReport, LearnerReport, Report, RolloutReport,
+                                       SamplerReport, inference_worker_name)
 from sf_core.run.win_rates import WinRates
 
 log = logging.getLogger("sf_core")
