@@ -6,10 +6,12 @@ and one inference forward pass, on one torch thread.
     python scripts/bench_sgd_step.py --env=atari_pong --mixed_precision
     python scripts/bench_sgd_step.py --env=atari_pong --default_malloc   # without reuse_freed_memory()
     python scripts/bench_sgd_step.py --env=CartPole-v1 --flags="--encoder_mlp_layers 512 512"
+    python scripts/bench_sgd_step.py --env=atari_pong --device=cuda    # the learner's ceiling on a GPU
 
 Observations are random samples of the env's observation space (stored dtype, e.g. uint8 frames), so
 the preprocessing the learner does (conversion, scaling, normalisation) is timed too. Figures are the
-best of 3 repeats of thread CPU time: what one core can do, whatever else the machine runs.
+best of 3 repeats of thread CPU time on the CPU: what one core can do, whatever else the machine runs;
+with --device=cuda, of wall time up to the device's last kernel (the GPU's own rate, fed from its memory).
 """
 
 from __future__ import annotations
@@ -35,14 +37,20 @@ from sf_core.cli.arguments import add_bool_argument, parse_args  # noqa: E402
 from sf_core.contracts.component import reuse_freed_memory  # noqa: E402
 
 
-def best_ms(fn, repeats: int = 3, calls: int = 5) -> float:
+def best_ms(fn, device: str = "cpu", repeats: int = 3, calls: int = 5) -> float:
+    cuda = device.startswith("cuda")
+    clock = time.perf_counter if cuda else time.thread_time  # a GPU's work is not this thread's CPU time
     fn()  # warm-up: first-call allocations and kernel selection
     best = float("inf")
     for _ in range(repeats):
-        started = time.thread_time()
+        if cuda:
+            torch.cuda.synchronize(device)
+        started = clock()
         for _ in range(calls):
             fn()
-        best = min(best, (time.thread_time() - started) / calls)
+        if cuda:
+            torch.cuda.synchronize(device)
+        best = min(best, (clock() - started) / calls)
     return best * 1e3
 
 
@@ -54,7 +62,10 @@ def main() -> int:
     add_bool_argument(p, "default_malloc", False, "leave glibc's allocator settings alone")
     add_bool_argument(p, "unfused_adam", False, "torch's per-parameter Adam instead of the fused one")
     p.add_argument("--inference_batch", type=int, default=64)
+    p.add_argument("--device", default="cpu", help="where the model and the samples live: cpu, cuda, cuda:N")
     args = p.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error(f"--device={args.device}: CUDA is not available here")
     torch.set_num_threads(1)
     if not args.default_malloc:
         reuse_freed_memory()
@@ -66,40 +77,44 @@ def main() -> int:
     torch.manual_seed(0)
     cfg = replace(cfg, mixed_precision=args.mixed_precision)
     spec = ModelSpec.from_config(cfg)
-    model = ActorCritic(obs_space, action_space, spec)
+    device = args.device
+    model = ActorCritic(obs_space, action_space, spec).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, fused=not args.unfused_adam)
     ctx = Context({"actor_critic": ModelSlot(model, optimizer)}, LearningParams.from_config(cfg))
     B = cfg.batch_size
-    obs = torch.from_numpy(np.stack([obs_space.sample() for _ in range(B)]))
-    actions = torch.as_tensor(np.stack([action_space.sample() for _ in range(B)]))
+    obs = torch.from_numpy(np.stack([obs_space.sample() for _ in range(B)])).to(device)
+    actions = torch.as_tensor(np.stack([action_space.sample() for _ in range(B)])).to(device)
     # one minibatch as the learner's _minibatch_sgd hands it over: B sequences of length 1
     minibatch = {"obs": obs[None], "actions": actions[None], "log_prob": torch.full((1, B), -1.0),
                  "advantages": torch.randn(1, B), "targets": torch.randn(1, B), "old_values": torch.zeros(1, B),
                  "mask": torch.ones(1, B), "resets": torch.zeros(1, B, dtype=torch.bool),
                  "initial_states": torch.zeros(B, model.rnn_state_size)}
+    minibatch = {key: value.to(device) for key, value in minibatch.items()}
 
     def sgd_step() -> None:  # the learner's own step: losses, backward, clipping, Adam
         _sgd_step(ctx, dict(minibatch), _ppo_policy_loss)
 
-    step_ms = best_ms(sgd_step)
-    policy = ActorCritic(obs_space, action_space, spec).eval()
+    step_ms = best_ms(sgd_step, device)
+    policy = ActorCritic(obs_space, action_space, spec).to(device).eval()
     if args.mixed_precision:
         store_weights_in_bfloat16(policy)
     policy.load_state_dict(model.state_dict())
     batch = obs[:args.inference_batch]
-    precision = autocast("cpu", args.mixed_precision)
+    precision = autocast(device, args.mixed_precision)
 
     def forward() -> None:
         with torch.no_grad(), precision:
             policy(batch)
 
-    forward_ms = best_ms(forward, calls=20)
+    forward_ms = best_ms(forward, device, calls=20)
     print(f"env {cfg.env}: minibatch {B}, {sum(t.numel() for t in model.parameters()):,} parameters, "
           f"{'bf16 autocast' if args.mixed_precision else 'float32'}, "
           f"{'default malloc' if args.default_malloc else 'reuse_freed_memory()'}, "
           f"{'per-parameter' if args.unfused_adam else 'fused'} Adam")
-    print(f"SGD step: {step_ms:.1f} ms ({B / step_ms * 1e3:,.0f} samples/s per epoch on one core)")
-    print(f"inference forward, batch {len(batch)}: {forward_ms:.2f} ms ({forward_ms / len(batch) * 1e3:.0f} µs/sample)")
+    where = "on one core" if device == "cpu" else f"on {device}"
+    print(f"SGD step: {step_ms:.1f} ms ({B / step_ms * 1e3:,.0f} samples/s per epoch {where})")
+    print(f"inference forward, batch {len(batch)}: {forward_ms:.2f} ms "
+          f"({forward_ms / len(batch) * 1e3:.0f} µs/sample)")
     return 0
 
 

@@ -4,15 +4,21 @@
 #
 #   here:    bash scripts/gpu_machine.sh download     # .whl/ours (our runtime deps), .whl/sf (Sample Factory 2.1.1)
 #   there:   source scripts/gpu_machine.sh install    # our deps on PYTHONPATH; ./.sf_python runs Sample Factory
-#            bash scripts/gpu_machine.sh tests         # pytest -m gpu; then bench_pong, bench_cartpole, bench_scaling
+#            bash scripts/gpu_machine.sh all           # everything below, shorter, in one device call
+#            bash scripts/gpu_machine.sh tests         # pytest -m gpu; then bench_pong, bench_cartpole, bench_scaling,
+#                                                      # bench_learner, each on its own with longer windows
 #
-# Each of the four fits one call of the device tool (under 10 minutes): `source scripts/gpu_machine.sh install
-# && bash scripts/gpu_machine.sh bench_pong`, with .whl carried; results and logs land in $OUT.
+# One call of the device tool, with .whl carried: `source scripts/gpu_machine.sh install && bash
+# scripts/gpu_machine.sh all`; results and logs land in $OUT. `all` is sized to finish in about 9 minutes on 16
+# cores (the GPU tests about 2.5, Pong's four phases about 3, CartPole 512x512 against Sample Factory about 1,
+# the scaling run about 2, the learner's ceiling under 1) and goes on past a stage that fails.
 #
 # The target machine's Python is 3.12 with torch, numpy 2, psutil, pytest, tensorboard and matplotlib already
 # installed (only what it lacks is carried). Sample Factory needs gymnasium 0.29 and numpy 1: they go into a
 # separate folder that only ./.sf_python puts on the path, so the two never meet.
-set -euo pipefail
+# Strict mode only when run: `source ... install` must not leave it in the caller's shell, whose first failing
+# command would then end the caller's whole script.
+[[ "${BASH_SOURCE[0]}" == "$0" ]] && set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 WHEELS=.whl  # ignored (.gitignore): the device tool carries it when asked
 PY=3.12
@@ -65,6 +71,29 @@ bench_cartpole() {
         --output="$OUTDIR/cartpole_512.json" 2>&1 | tee "$OUTDIR/cartpole_512.log"
 }
 
+bench_learner() {  # the learner's ceiling: SGD steps of Pong's model on synthetic data, float32 and bf16
+    { python3 scripts/bench_sgd_step.py --env=atari_pong --device=cuda
+      python3 scripts/bench_sgd_step.py --env=atari_pong --device=cuda --mixed_precision; } 2>&1 | tee "$OUTDIR/learner.log"
+}
+
+all() {
+    local failed=()
+    tests || failed+=(tests)
+    python3 scripts/benchmark.py --env=atari_pong --phases=raw,sampling,training,sf --seconds=15 --warmup=8 \
+        --num_workers="$CORES" --num_envs_per_worker=16 --extra="--device=cuda" --sf_python=./.sf_python \
+        --sf_module=sf_examples.atari.train_atari --work_dir="$OUTDIR/pong_runs" --output="$OUTDIR/pong.json" \
+        2>&1 | tee "$OUTDIR/pong.log" || failed+=(pong)
+    python3 scripts/benchmark.py --env=CartPole-v1 --encoder_mlp_layers 512 512 --phases=training,sf --seconds=15 \
+        --warmup=5 --num_workers="$CORES" --extra="--device=cuda" --sf_python=./.sf_python \
+        --work_dir="$OUTDIR/cartpole_runs" --output="$OUTDIR/cartpole_512.json" 2>&1 | tee "$OUTDIR/cartpole_512.log" \
+        || failed+=(cartpole_512)
+    python3 scripts/benchmark.py --env=atari_pong --scaling=4,8,16 --plot="$OUTDIR/gpu_scaling.png" \
+        --extra="--device=cuda" --seconds=10 --warmup=8 --output="$OUTDIR/scaling.json" 2>&1 \
+        | tee "$OUTDIR/scaling.log" || failed+=(scaling)
+    bench_learner || failed+=(learner)
+    echo "gpu_machine.sh all: done; failed stages: ${failed[*]:-none}" | tee "$OUTDIR/all.txt"
+}
+
 bench_scaling() {
     python3 scripts/benchmark.py --env=atari_pong --scaling=2,4,8,16 --plot="$OUTDIR/gpu_scaling.png" \
         --extra="--device=cuda" --seconds=20 --warmup=10 --output="$OUTDIR/scaling.json" 2>&1 | tee "$OUTDIR/scaling.log"
@@ -73,7 +102,8 @@ bench_scaling() {
 case "${1:-}" in
     download) download ;;
     install) install ;;
-    tests|bench_pong|bench_cartpole|bench_scaling) mkdir -p "$OUTDIR"; "$1" ;;
-    *) echo "usage: bash scripts/gpu_machine.sh download | source scripts/gpu_machine.sh install [tests|bench_pong|bench_cartpole|bench_scaling]" >&2
-       exit 2 ;;
+    all|tests|bench_pong|bench_cartpole|bench_scaling|bench_learner) mkdir -p "$OUTDIR"; "$1" ;;
+    *) echo "usage: bash scripts/gpu_machine.sh download | source scripts/gpu_machine.sh install |" \
+            "bash scripts/gpu_machine.sh all|tests|bench_pong|bench_cartpole|bench_scaling|bench_learner" >&2
+       return 2 2>/dev/null || exit 2 ;;  # sourced: return, so the caller's shell stays open
 esac

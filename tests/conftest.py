@@ -1,12 +1,23 @@
 """Every test must leave no child process and no shared-memory file behind."""
 
+import importlib
 import os
 import time
+from types import ModuleType
 
 import psutil
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def extra(module: str, name: str) -> ModuleType:
+    """`module` of the optional extra `name`, for a test module that needs it. Where it is missing the test
+    module is skipped, so `pytest -m gpu tests` runs on a machine without every extra. Not on CI
+    (CI=true), which installs every extra: there a missing one is a broken install, and fails loudly."""
+    if os.environ.get("CI"):
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=f"needs the {name} extra: pip install -e '.[{name}]'")
 
 
 def _shm_files() -> set[str]:

@@ -10,12 +10,14 @@ import sys
 import numpy as np
 import pytest
 
-import ale_py  # noqa: F401  (fail loudly if the atari extra is not installed)
 from envs.atari import AreaResize, _area_matrix, ale_id
 from envs.registry import EnvContext, EnvNotFoundError, make_env
 from sf_core.cli.arguments import parse_args
 from sf_core.run.presets import preset_for
+from tests.conftest import extra
 from tests.helpers import train
+
+extra("ale_py", "atari")
 
 
 class Cfg:

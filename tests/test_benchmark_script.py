@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import py_compile
+import shutil
 import subprocess
 import sys
 import time
@@ -233,6 +234,16 @@ def test_sample_factory_status_line_and_command():
     by_module = sample_factory.sf_command("/sf/bin/python", sample_factory.LAUNCHER, cfg, [], "/tmp/sf_train", 99,
                                           module="sf_examples.train_gym_env", env="CartPole-v0")
     assert by_module[:3] == ["/sf/bin/python", "-m", "sf_examples.train_gym_env"] and "--env=CartPole-v0" in by_module
+
+
+def test_a_relative_sf_python_is_made_absolute(tmp_path, monkeypatch):
+    """Sample Factory runs in a working directory of its own, where ./.sf_python is not."""
+    monkeypatch.chdir(tmp_path)
+    launcher = tmp_path / ".sf_python"
+    launcher.write_text("#!/bin/sh\n")
+    launcher.chmod(0o755)
+    assert sample_factory.resolve_python("./.sf_python") == str(launcher)
+    assert sample_factory.resolve_python("sh") == shutil.which("sh")
 
 
 def test_sf_launcher_is_a_runnable_file(tmp_path):

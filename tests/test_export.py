@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-import onnxruntime as ort  # noqa: E402  (the export extra; fail loudly when missing)
 from tests import launch
+from tests.conftest import extra
 from tests.policies import packed, random_policy_experiment
+
+ort = extra("onnxruntime", "export")
 
 SMALL = {"encoder_mlp_layers": [64, 64]}
 

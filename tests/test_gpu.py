@@ -153,3 +153,12 @@ def test_inference_through_pinned_staging_on_the_gpu_writes_what_the_cpu_writes(
     assert gpu["log_prob"].abs().sum() > 0
     for key in ("behaviour_values", "rnn_states", "rnn_latest", "policy_version"):  # actions: another RNG
         torch.testing.assert_close(gpu[key], cpu[key], rtol=1e-4, atol=1e-5, msg=key)
+
+
+def test_the_learners_ceiling_is_measured_on_the_gpu():
+    """scripts/bench_sgd_step.py --device=cuda: the Pong preset's SGD step and forward pass on the GPU (the
+    learner's ceiling that scripts/gpu_machine.sh reports)."""
+    proc = launch.run(["--env=atari_pong", "--device=cuda"], timeout=180, script="scripts/bench_sgd_step.py")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "samples/s per epoch on cuda" in proc.stdout, proc.stdout
+

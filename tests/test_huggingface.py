@@ -12,14 +12,16 @@ import shutil
 import pytest
 import yaml
 
-import huggingface_hub  # noqa: F401  (the huggingface extra; fail loudly when missing)
 from sf_core.cli.arguments import parse_args
 from sf_core.cli.push_to_hub import upload
 from sf_core.records import checkpoint
 from sf_core.records.experiment import load_config
 from sf_core.sharing.model_card import UNREPRODUCED, train_command
 from tests import launch
+from tests.conftest import extra
 from tests.policies import random_policy_experiment
+
+extra("huggingface_hub", "huggingface")
 
 REPO_ID = "someone/cartpole_agent"
 

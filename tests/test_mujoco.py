@@ -7,10 +7,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import mujoco  # noqa: F401  (fail loudly if the mujoco extra is not installed)
 from envs.registry import EnvContext, make_env
 from sf_core.cli.arguments import parse_args
+from tests.conftest import extra
 from tests.helpers import train
+
+extra("mujoco", "mujoco")
 
 MUJOCO_IDS = ["HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5"]
 

@@ -10,7 +10,10 @@ import pytest
 from sf_core.cli.arguments import parse_args
 from sf_core.records.wandb_logging import STEP, WandbWriter, with_run_id
 from tests import launch
-from tests.wandb_records import history, run_files, run_record
+from tests.conftest import extra
+
+extra("wandb", "wandb")
+from tests.wandb_records import history, run_files, run_record  # noqa: E402  (after the skip: it imports wandb)
 
 W_AND_B_INTERNAL = {"_runtime", "_step", "_timestamp", STEP}
 

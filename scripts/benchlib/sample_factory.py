@@ -113,11 +113,18 @@ def probe_version(sf_python: str) -> str | dict:
     return version.stdout.strip()
 
 
+def resolve_python(value: str) -> str:
+    """--sf_python as a command Sample Factory's working directory (not ours) can run: a name found on the PATH,
+    and a path (./.sf_python) made absolute."""
+    found = shutil.which(value) or value
+    return os.path.abspath(found) if os.sep in found else found
+
+
 def run_sf(args: argparse.Namespace, cfg: Config, work_dir: str) -> dict:
     """The Sample Factory phase ('not run' without --sf_python)."""
     if not args.sf_python:
         return {"status": "not run", "reason": "--sf_python not given"}
-    sf_python = shutil.which(args.sf_python) or args.sf_python
+    sf_python = resolve_python(args.sf_python)
     sf_version = probe_version(sf_python)
     if isinstance(sf_version, dict):
         return sf_version
