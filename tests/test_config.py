@@ -44,6 +44,25 @@ def test_bad_values_name_the_problem(argv, message):
     assert message in str(err.value)
 
 
+@pytest.mark.parametrize("flag, hint", [
+    ("--num_worker=4", "--num_worker: did you mean --num_workers?"),
+    ("--lerning_rate=0.1", "did you mean --learning_rate?"),
+    ("--n_envs=8", "--n_envs is another trainer's flag: here it is --num_workers and --num_envs_per_worker"),
+    ("--total_timesteps=100000", "here it is --train_for_env_steps"),
+    ("--n_steps=128", "here it is --rollout"),
+])
+def test_an_unknown_flag_gets_the_closest_known_one(flag, hint):
+    with pytest.raises(ConfigError) as err:
+        parse_args(["--env=CartPole-v1", flag])
+    assert str(err.value).startswith(f"unrecognized arguments: {flag}") and hint in str(err.value)
+
+
+def test_a_flag_nothing_resembles_gets_no_suggestion():
+    with pytest.raises(ConfigError) as err:
+        parse_args(["--env=CartPole-v1", "--bogus_flag=1"])
+    assert str(err.value) == "unrecognized arguments: --bogus_flag=1"
+
+
 def test_a_cuda_device_this_machine_lacks_is_refused_only_where_cuda_is():
     """Without CUDA, --device=cuda:N runs on the CPU with a warning (resolve_device); with it, N must exist."""
     import torch

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import importlib
 from typing import Any, Sequence
 
@@ -38,11 +39,40 @@ def add_bool_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
                         help=help)
 
 
+# Other trainers' names for flags users bring (Stable-Baselines3, CleanRL): what to write here instead
+THEIR_NAMES = {
+    "n_envs": "--num_workers and --num_envs_per_worker (envs = workers × envs per worker)",
+    "num_envs": "--num_workers and --num_envs_per_worker (envs = workers × envs per worker)",
+    "n_steps": "--rollout", "num_steps": "--rollout",
+    "total_timesteps": "--train_for_env_steps",
+    "n_epochs": "--num_epochs", "update_epochs": "--num_epochs",
+    "num_minibatches": "--num_batches_per_epoch",
+    "ent_coef": "--exploration_loss_coeff", "vf_coef": "--value_loss_coeff",
+    "clip_range": "--ppo_clip_ratio", "clip_coef": "--ppo_clip_ratio",
+    "env_id": "--env", "cuda": "--device",
+}
+UNRECOGNIZED = "unrecognized arguments: "
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so `train.main(argv)` can return an exit code."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        if message.startswith(UNRECOGNIZED):
+            hints = [hint for token in message[len(UNRECOGNIZED):].split() if (hint := self.suggest(token))]
+            message += "".join(f"; {hint}" for hint in hints)
         raise ConfigError(message)
+
+    def suggest(self, token: str) -> str | None:
+        """What a mistyped or foreign flag most likely means here, or None."""
+        if not token.startswith("--"):
+            return None
+        name = token[2:].split("=", 1)[0]
+        if name in THEIR_NAMES:
+            return f"--{name} is another trainer's flag: here it is {THEIR_NAMES[name]}"
+        known = [option for option in self._option_string_actions if option.startswith("--")]
+        close = difflib.get_close_matches(f"--{name}", known, n=3, cutoff=0.75)
+        return f"--{name}: did you mean {' or '.join(close)}?" if close else None
 
 
 def _arg_type(f: dataclasses.Field) -> dict[str, Any]:
