@@ -87,6 +87,18 @@ def test_onnx_actions_match_the_framework_on_1000_recorded_observations(tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_an_export_says_only_what_it_wrote(tmp_path, fmt):
+    """No exporter note that reads as a bug (a module in training mode, torchvision's operators, torch's own
+    deprecations): one line, the file written."""
+    random_policy_experiment(tmp_path, "quiet", "CartPole-v1", steps=10, **SMALL)
+    result = launch.run([f"--train_dir={tmp_path}", "--experiment=quiet", f"--format={fmt}"], timeout=240,
+                        module="sf_core.export")
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    assert len(said) == 1 and "INFO exported" in said[0], said
+
+
 def test_torchscript_export_matches_and_normalizes_inside(tmp_path):
     path, model, observations, starts = random_policy_experiment(tmp_path, "ts", "Pendulum-v1", **SMALL)
     ts_path, description = export(tmp_path, "ts", fmt="torchscript")

@@ -20,10 +20,14 @@ Outputs:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import logging
 import os
+import warnings
 from dataclasses import dataclass
+from typing import Iterator
 
 import gymnasium as gym
 import numpy as np
@@ -87,6 +91,7 @@ class ExportedPolicy(nn.Module):
         self.keys = [name for name, _, _ in obs_fields(obs_space)]
         self.structured = is_structured(obs_space)
         self.recurrent = model.recurrent
+        self.train(False)  # exported for acting: an exporter warns of, and would trace, a module in training mode
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         fields = dict(zip(self.keys, inputs))
@@ -133,11 +138,27 @@ def export_onnx(policy: TrainedPolicy, path: str) -> str:
     wrapper = ExportedPolicy(policy.model, policy.obs_space)
     inputs = example_inputs(policy)
     batch = torch.export.Dim("batch")
-    with torch.no_grad():
+    with torch.no_grad(), _quiet_exporter():
         torch.onnx.export(wrapper, inputs, path, input_names=wrapper.input_names(),
-                          output_names=wrapper.output_names(), dynamo=True, external_data=False,
+                          output_names=wrapper.output_names(), dynamo=True, external_data=False, verbose=False,
                           dynamic_shapes=(tuple({0: batch} for _ in inputs),))  # forward(*inputs): one group
     return path
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """The exporter's notes about torch itself (torchvision's operators absent, its own deprecations) say nothing
+    about the policy being exported, and read like a failure to a user: kept off the console. Its errors stay."""
+    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registration.level
+    registration.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            yield
+    finally:
+        registration.setLevel(level)
 
 
 def export_torchscript(policy: TrainedPolicy, path: str) -> str:
