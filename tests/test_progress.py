@@ -79,3 +79,19 @@ def test_the_bar_shows_progress_and_eta_and_log_lines_pass_above_it():
         progress.close()
         log.removeHandler(handler)
     assert all(type(h).__name__ != "_TqdmLoggingHandler" for h in log.handlers)
+
+
+def test_busy_shares_never_pass_all_of_the_window_and_an_empty_window_gives_no_advice(monkeypatch):
+    from sf_core.run import stats as stats_module
+    from sf_core.run.stats import TrainingStats
+
+    now = [1000.0]
+    monkeypatch.setattr(stats_module.time, "time", lambda: now[0])
+    stats = TrainingStats(window=10, started=now[0], component_counts={"env_step": 2, "inference": 1, "learner": 1})
+    now[0] += 1.0
+    stats.seconds.update(env_step=0.5, inference=1.3, learner=0.2)  # a report also counted work from before
+    busy = stats.busy_fractions()
+    assert busy == {"env_step": 0.25, "inference": 1.0, "learner": 0.2}
+    now[0] += 0.01  # the final line, right after the last: nothing reported in between
+    hint = stats.bottleneck_hint()
+    assert hint == "busy: no report since the last line"

@@ -314,17 +314,23 @@ class TrainingStats:
         return line
 
     def busy_fractions(self) -> dict[str, float]:
-        """Share of wall time each kind of component spent working since the last call."""
+        """Share of wall time each kind of component spent working since the last call; empty when no component
+        reported in between (the final line, printed right after another)."""
         now, (then, before) = time.time(), self.busy_snapshot
         self.busy_snapshot = (now, dict(self.seconds))
+        spent = {kind: self.seconds[kind] - before[kind] for kind in self.seconds}
+        if not any(spent.values()):
+            return {}
         wall = max(now - then, 1e-6)
         samplers = max(1, self.cluster.live_samplers()) if self.cluster else 1  # --ray_address: workers × samplers
         copies = {"env_step": samplers, "inference": samplers, "learner": 1}
-        return {kind: (self.seconds[kind] - before[kind]) / (wall * self.component_counts[kind] * copies[kind])
-                for kind in self.seconds}
+        # a report arriving in this window may count work done before it began: a share is at most all of it
+        return {kind: min(1.0, spent[kind] / (wall * self.component_counts[kind] * copies[kind])) for kind in spent}
 
     def bottleneck_hint(self) -> str:
         busy = self.busy_fractions()
+        if not busy:
+            return "busy: no report since the last line"
         kind = max(busy, key=lambda k: busy[k])
         names = {"env_step": "env stepping", "inference": "inference", "learner": "learner"}
         shares = ", ".join(f"{names[k]} {v:.0%}" for k, v in busy.items())
