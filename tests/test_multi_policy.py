@@ -210,6 +210,8 @@ def test_kill_9_then_rerun_resumes_every_policy_with_its_own_counters_and_pbt_hy
     resumed = checkpoint.load(checkpoint.latest_checkpoint(dirs[1]))
     assert resumed["hyperparams"]["learning_rate"] == pytest.approx(lr)  # PBT's value, not --policy_hyperparams'
     assert summary["policies"][1]["final_learner_stats"]["learning_rate"] == pytest.approx(lr)
+    said = result.stdout + result.stderr  # the console names every policy's last checkpoint, not the best's alone
+    assert all(f"last checkpoint of policy {p}" in said and summary["last_checkpoints"][p] in said for p in range(2))
 
 
 @pytest.mark.slow

@@ -378,8 +378,11 @@ class Runner(Component):
         for line in self.stats.policy_report():
             log.info(line)
         self.experiment.write_summary(summary)
-        if self.last_checkpoint:
+        if len(last) == 1 and self.last_checkpoint:
             log.info("last checkpoint: %s", self.last_checkpoint)
+        for policy, path in enumerate(last if len(last) > 1 else []):
+            best = " (the best)" if path == self.last_checkpoint else ""
+            log.info("last checkpoint of policy %d%s: %s", policy, best, path or "none yet")
         self.topology.close_processes()
 
 
