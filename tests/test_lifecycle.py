@@ -43,6 +43,23 @@ def tb_steps(experiment_path, tag="episode/return"):
 
 
 @pytest.mark.slow
+def test_resuming_an_experiment_of_another_env_or_model_is_one_message_and_loads_nothing(tmp_path, capsys):
+    short = ["--serial_mode", "--train_for_env_steps=2000"]
+    code, _ = train(tmp_path, "--env=CartPole-v1", *short)
+    assert code == 0
+    capsys.readouterr()
+    for flags, differs in ((["--env=Acrobot-v1"], "--env=CartPole-v1 there, Acrobot-v1 now"),
+                           (["--env=CartPole-v1", "--encoder_mlp_layers", "32"],
+                            "--encoder_mlp_layers=[64, 64] there, [32] now")):
+        code, _ = train(tmp_path, *flags, *short)
+        err = capsys.readouterr().err
+        assert code == 1 and differs in err, err[-2000:]
+        assert "--experiment=NAME" in err and "--restart_behavior=overwrite" in err and "Traceback" not in err
+    code, _ = train(tmp_path, "--env=Acrobot-v1", "--restart_behavior=overwrite", *short)  # the way out it names
+    assert code == 0
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_kill_9_then_rerun_resumes_from_last_checkpoint(tmp_path):
     args = ["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--experiment=run",

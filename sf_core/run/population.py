@@ -7,15 +7,22 @@ run's shared counters and that policy's statistics; policy 0's counters restore 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 
 from sf_core.config import Config, ConfigError
 from sf_core.records import checkpoint
+from sf_core.records.experiment import load_config
 from sf_core.run.stats import TrainingStats
 from sf_core.sampling.policy_mapping import built_in
 
 log = logging.getLogger("sf_core")
+
+# What a checkpoint's weights were trained for: the env and the model's flags (those that only set the first
+# weights or the learner's sequences, initial_log_std and recurrence, may change on resume)
+SAME_ON_RESUME = ("env",) + tuple(f.name for f in dataclasses.fields(Config) if f.metadata.get("group") == "model"
+                                  and f.name not in ("initial_log_std", "recurrence"))
 
 
 class Population:
@@ -44,6 +51,8 @@ class Population:
         """Each policy's latest checkpoint, loaded (a policy without one starts afresh)."""
         self._check_layout()
         self.resume_from = [checkpoint.latest_checkpoint(d) for d in self.dirs]
+        if any(self.resume_from):
+            self._check_same_model()
         self.states = [checkpoint.load(path) if path else None for path in self.resume_from]
         missing = [p for p, state in enumerate(self.states) if state is None]
         if self.states[0] is not None and missing:
@@ -58,6 +67,23 @@ class Population:
             trained = "several policies" if n == 1 else "one policy"
             raise ConfigError(f"{self.experiment_path} trained {trained} ({other}) and cannot resume with "
                               f"--num_policies={n}: start another experiment, or --restart_behavior=restart")
+
+    def _check_same_model(self) -> None:
+        """The experiment being resumed trained this env and this model, or nothing is loaded: one message
+        naming what differs and the two ways out (its weights would not fit, or would act in another env)."""
+        try:
+            saved = load_config(self.experiment_path)
+        except ConfigError:  # checkpoints without config.json: nothing to compare with
+            return
+        def plain(value):  # config.json holds lists where a Config built in Python may hold tuples
+            return list(value) if isinstance(value, tuple) else value
+
+        differ = [f"--{name}={getattr(saved, name)} there, {getattr(self.cfg, name)} now" for name in SAME_ON_RESUME
+                  if plain(getattr(saved, name)) != plain(getattr(self.cfg, name))]
+        if differ:
+            raise ConfigError(f"{self.experiment_path} holds a run with other flags ({'; '.join(differ)}): it cannot "
+                              f"be resumed by this one. Name another experiment (--experiment=NAME), or start this "
+                              f"one afresh (--restart_behavior=overwrite)")
 
     @property
     def resumed(self) -> dict | None:
