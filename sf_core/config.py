@@ -34,6 +34,9 @@ def flag(default: Any, group: str, help: str, choices: Sequence[str] | None = No
 class Config:
     # --- experiment
     env: str = flag("", "experiment", "Environment: a registered name or any gymnasium id (e.g. CartPole-v1).")
+    env_module: str = flag("", "experiment", "Comma-separated modules to import first, whose register_env (and other "
+                           "register_*) calls make a custom env known: from the command line, in every tool. Saved in "
+                           "config.json, so enjoy, export and push_to_hub import them again.")
     experiment: str = flag("default_experiment", "experiment", "Experiment name; files go to {train_dir}/{experiment}/.")
     train_dir: str = flag("train_dir", "experiment", "Root folder for experiments.")
     restart_behavior: str = flag(

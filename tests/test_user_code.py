@@ -1,6 +1,7 @@
 """User code registered from Python (env factories, model parts, algorithms) reaches worker processes
 whatever it is: a module-level function, a lambda, a closure, or a function of a notebook."""
 
+import json
 import pickle
 import textwrap
 import threading
@@ -155,3 +156,40 @@ def test_a_notebook_function_learns_cartpole_under_spawn(tmp_path):
                         timeout=200, code=NOTEBOOK, cwd=str(tmp_path))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert read_summary(tmp_path, "notebook")["mean_return_at_target"] >= 150
+
+
+MY_ENVS = '''
+import gymnasium as gym
+from sf_core import register_env
+
+
+def make_short_cartpole(name, cfg, ctx):
+    return gym.wrappers.TimeLimit(gym.make("CartPole-v1").unwrapped, max_episode_steps=50)
+
+
+register_env("ShortCartPole-v0", make_short_cartpole)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_one_flag_brings_a_users_env_to_every_command_line_tool(tmp_path):
+    """--env_module: train a custom env from the command line (spawned workers find it too); enjoy and export
+    import it again from config.json, with no flag; a module that cannot be imported is one line and exit 2."""
+    (tmp_path / "my_envs.py").write_text(MY_ENVS)
+    where = [f"--train_dir={tmp_path / 'runs'}", "--experiment=short"]
+    trained = launch.run(["--env=ShortCartPole-v0", "--env_module=my_envs", *where, "--train_for_env_steps=3000",
+                          "--num_workers=1", "--mp_start_method=spawn"], timeout=120, cwd=str(tmp_path))
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    played = launch.run([*where, "--max_num_episodes=2"], timeout=60, module="sf_core.enjoy", cwd=str(tmp_path))
+    assert played.returncode == 0, played.stderr[-3000:]
+    results = json.loads((tmp_path / "runs" / "short" / "eval_results.json").read_text())
+    assert max(results["returns"]) <= 50  # the module's 50-step limit: its env, not CartPole-v1's
+    exported = launch.run([*where, "--format=torchscript"], timeout=120, module="sf_core.export", cwd=str(tmp_path))
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    for module in ("sf_core.train", "sf_core.enjoy", "sf_core.export", "sf_core.env_server"):
+        flags = {"sf_core.train": ["--env=ShortCartPole-v0", *where], "sf_core.env_server": ["--env=ShortCartPole-v0"]
+                 }.get(module, where)
+        missing = launch.run([*flags, "--env_module=not_my_envs"], timeout=60, module=module, cwd=str(tmp_path))
+        assert missing.returncode == 2 and "--env_module=not_my_envs: No module named 'not_my_envs'" in \
+            missing.stderr and "Traceback" not in missing.stderr, (module, missing.stderr[-2000:])

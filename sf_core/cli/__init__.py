@@ -4,9 +4,43 @@
 
 from __future__ import annotations
 
+import argparse
 import gc
+import importlib
 import sys
 from typing import NoReturn
+
+from sf_core.config import ConfigError
+from sf_core.records.experiment import load_config
+
+ENV_MODULE_HELP = ("Comma-separated modules to import first, whose register_env (and other register_*) calls make "
+                   "a custom env known here (default: the modules the experiment trained with, from config.json).")
+
+
+def add_env_module_argument(parser: argparse.ArgumentParser, help: str = ENV_MODULE_HELP) -> None:
+    """--env_module, as every tool takes it: None when not given, so a tool can fall back to the experiment's."""
+    parser.add_argument("--env_module", default=None, help=help)
+
+
+def import_user_modules(value: str | None) -> None:
+    """Import each module of a comma-separated --env_module value (a `python -m` run finds the current folder's):
+    one ConfigError naming the module that cannot be imported."""
+    for module in filter(None, (m.strip() for m in (value or "").split(","))):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ConfigError(f"--env_module={module}: {exc} (a module importable from here: in the current "
+                              f"folder or on PYTHONPATH)") from None
+
+
+def import_experiment_modules(value: str | None, experiment_path: str) -> None:
+    """--env_module if given, else the modules the experiment at `experiment_path` trained with (config.json)."""
+    if value is None:
+        try:
+            value = load_config(experiment_path).env_module
+        except ConfigError:  # no experiment there: the tool says so in its own words
+            return
+    import_user_modules(value)
 
 
 def exit_process(code: int) -> NoReturn:

@@ -13,6 +13,7 @@ import difflib
 import importlib
 from typing import Any, Sequence
 
+from sf_core.cli import import_user_modules
 from sf_core.config import GROUPS, Config, ConfigError
 
 
@@ -128,6 +129,7 @@ def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = Non
 
     parser = parser or build_parser()
     args = parser.parse_args(list(argv))
+    import_user_modules(args.env_module)  # before anything looks the env up
     typed = explicit_flags(parser, argv)
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(Config) if f.metadata.get("cli", True)}
     preset_name, preset = preset_for(values["env"])

@@ -21,7 +21,7 @@ import numpy as np
 
 from envs.multi_agent import is_multi_agent
 from envs.registry import EnvContext, EnvNotFoundError, registry_snapshot
-from sf_core.cli import exit_process
+from sf_core.cli import add_env_module_argument, exit_process, import_experiment_modules
 from sf_core.cli.arguments import BOOL_EPILOG, _Parser, add_bool_argument
 from sf_core.cli.train import setup_logging
 from sf_core.config import ConfigError
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
                 formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
     p.add_argument("--env", default=None, help="Env to evaluate on (default: the one the experiment trained on).")
     p.add_argument("--experiment", required=True, help="Experiment name.")
+    add_env_module_argument(p)
     p.add_argument("--train_dir", default="train_dir", help="Root folder of experiments.")
     p.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint path.")
     p.add_argument("--policy_index", type=int, default=None,
@@ -165,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
     try:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        import_experiment_modules(args.env_module, os.path.join(args.train_dir, args.experiment))
         check_device(args.device)
         args.device = resolve_device(args.device)  # as training does: without CUDA, the CPU (with a warning)
         results = evaluate(args)

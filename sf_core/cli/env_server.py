@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import signal
 import sys
@@ -14,8 +13,9 @@ from typing import Sequence
 import gymnasium as gym
 import zmq
 
-from sf_core.cli import exit_process
+from sf_core.cli import exit_process, import_user_modules
 from sf_core.cli.arguments import BOOL_EPILOG, add_bool_argument
+from sf_core.config import ConfigError
 from sf_core.service.env_server import EnvServer
 from sf_core.service.protocol import ProtocolError
 
@@ -45,12 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s env_server %(levelname)s %(message)s")
-    for module in filter(None, args.env_module.split(",")):
-        importlib.import_module(module.strip())
     try:
+        import_user_modules(args.env_module)
         server = EnvServer(args.env, args.capacity, args.host, args.port, args.seed,
                            max_bytes=args.max_message_bytes or None, parallel=args.parallel)
-    except (ValueError, gym.error.Error, zmq.ZMQError, ProtocolError) as exc:
+    except (ValueError, gym.error.Error, zmq.ZMQError, ProtocolError, ConfigError) as exc:
         print(f"sf_core.env_server: error: {exc}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: server.stop())

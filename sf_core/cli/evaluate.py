@@ -5,15 +5,15 @@ sf_core/evaluation/evaluator.py; the plan: sf_core/evaluation/plan.py)."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
 from typing import Sequence
 
-from sf_core.cli import exit_process
+from sf_core.cli import exit_process, import_user_modules
 from sf_core.cli.arguments import BOOL_EPILOG, add_bool_argument
 from sf_core.common.logs import setup_logging
+from sf_core.config import ConfigError
 from sf_core.evaluation.evaluator import EXIT_OK, EXIT_USAGE, Coordinator, EvalError, finished_ids, load_tasks
 from sf_core.evaluation.plan import make_plan
 
@@ -67,11 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.num_workers < 0 or args.max_task_retries < 0 or args.concurrency < 0:
             raise EvalError("--num_workers, --concurrency and --max_task_retries must be at least 0")
-        for module in filter(None, (m.strip() for m in args.env_module.split(","))):
-            try:
-                importlib.import_module(module)  # its register_env and register_task_runner calls
-            except ImportError as exc:
-                raise EvalError(f"--env_module={module}: {exc}") from None
+        try:
+            import_user_modules(args.env_module)  # its register_env and register_task_runner calls
+        except ConfigError as exc:
+            raise EvalError(str(exc)) from None
         tasks = load_tasks(args.tasks, args.env)
         output = args.output or os.path.splitext(args.tasks)[0] + ".results.jsonl"
         if args.resume:

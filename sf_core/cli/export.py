@@ -13,7 +13,7 @@ import sys
 from typing import Sequence
 
 from envs.registry import EnvNotFoundError
-from sf_core.cli import exit_process
+from sf_core.cli import add_env_module_argument, exit_process, import_experiment_modules
 from sf_core.cli.arguments import _Parser
 from sf_core.cli.train import setup_logging
 from sf_core.config import ConfigError
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m sf_core.export", description="Export a trained policy to ONNX or TorchScript.",
                 formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
     p.add_argument("--experiment", required=True, help="Experiment name.")
+    add_env_module_argument(p)
     p.add_argument("--train_dir", default="train_dir", help="Root folder of experiments.")
     p.add_argument("--format", default="onnx", choices=sorted(FORMATS), help="File format.")
     p.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint path.")
@@ -41,6 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
     try:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        import_experiment_modules(args.env_module, os.path.join(args.train_dir, args.experiment))
         path = export(os.path.join(args.train_dir, args.experiment), args.format, args.checkpoint, args.output,
                       args.policy_index)
     except SystemExit as exc:  # --help

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from typing import Sequence
 
-from sf_core.cli import exit_process
+from sf_core.cli import add_env_module_argument, exit_process, import_experiment_modules
 from sf_core.cli.arguments import _Parser, add_bool_argument
 from sf_core.cli.train import setup_logging
 from sf_core.config import Config, ConfigError
@@ -126,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m sf_core.huggingface.push_to_hub", description="Push an agent to the Hugging Face Hub.",
                 formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
     p.add_argument("--experiment", required=True, help="Experiment name.")
+    add_env_module_argument(p)
     p.add_argument("--train_dir", default="train_dir", help="Root folder of experiments.")
     p.add_argument("--hf_repository", required=True, help="Hub repository: user/name (created if missing).")
     p.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint path.")
@@ -142,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
     try:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        import_experiment_modules(args.env_module, os.path.join(args.train_dir, args.experiment))
         with tempfile.TemporaryDirectory(prefix="sf_core_hub_") as tmp:
             folder = args.staging_dir or tmp
             files = stage(os.path.join(args.train_dir, args.experiment), args.hf_repository, folder, args.checkpoint,
