@@ -54,7 +54,7 @@ def best_ms(fn, device: str = "cpu", repeats: int = 3, calls: int = 5) -> float:
     return best * 1e3
 
 
-def main() -> int:
+def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="CartPole-v1")
     p.add_argument("--flags", default="", help="more trainer flags, as one string")
@@ -66,6 +66,11 @@ def main() -> int:
     args = p.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error(f"--device={args.device}: CUDA is not available here")
+    return args
+
+
+def main() -> int:
+    args = parse()
     torch.set_num_threads(1)
     if not args.default_malloc:
         reuse_freed_memory()
