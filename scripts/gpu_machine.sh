@@ -9,9 +9,10 @@
 #                                                      # bench_learner, each on its own with longer windows
 #
 # One call of the device tool, with .whl carried: `source scripts/gpu_machine.sh install && bash
-# scripts/gpu_machine.sh all`; results and logs land in $OUT. `all` is sized to finish in about 9 minutes on 16
-# cores (the GPU tests about 2.5, Pong's four phases about 3, CartPole 512x512 against Sample Factory about 1,
-# the scaling run about 2, the learner's ceiling under 1) and goes on past a stage that fails.
+# scripts/gpu_machine.sh all`; results and logs land in $OUT. `all` is sized, not yet measured, to finish in about 9 minutes
+# on 16 cores (an estimate from the separate runs' timings: the GPU tests about 2.5, Pong's four phases about 3,
+# CartPole 512x512 against Sample Factory about 1, the scaling run about 2, the learner's ceiling under 1); it goes
+# on past a stage that fails.
 #
 # The target machine's Python is 3.12 with torch, numpy 2, psutil, pytest, tensorboard and matplotlib already
 # installed (only what it lacks is carried). Sample Factory needs gymnasium 0.29 and numpy 1: they go into a

@@ -87,7 +87,7 @@ class ExportedPolicy(nn.Module):
 
     def __init__(self, model: ActorCritic, obs_space: gym.Space):
         super().__init__()
-        self.model = plain_activations(copy.deepcopy(model)).eval()
+        self.model = plain_activations(copy.deepcopy(model))
         self.keys = [name for name, _, _ in obs_fields(obs_space)]
         self.structured = is_structured(obs_space)
         self.recurrent = model.recurrent
