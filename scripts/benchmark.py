@@ -63,6 +63,7 @@ from benchlib.raw_env import run_raw_env  # noqa: E402
 from benchlib.report import LABELS, finish, int_list, median_round, new_results, usable_cores, write_json  # noqa: E402
 from benchlib.sample_factory import run_sf  # noqa: E402
 from benchlib import scaling, sweep  # noqa: E402
+from sf_core.run.time_accounting import accounting_lines  # noqa: E402
 
 if TYPE_CHECKING:
     from sf_core.config import Config
@@ -275,11 +276,27 @@ def check_modes(args: argparse.Namespace) -> None:
     args.scaling_workers = int_list(args.scaling, "scaling") if args.scaling else None
 
 
+def keep_logs(work_dir: str, args: argparse.Namespace) -> str:
+    """Each run's log, kept beside the results (a temporary work dir goes): {output without .json}_logs/."""
+    if args.work_dir is not None:
+        return work_dir
+    logs = os.path.splitext(args.output)[0] + "_logs"
+    os.makedirs(logs, exist_ok=True)
+    for name in os.listdir(work_dir):
+        if name.endswith(".log"):
+            shutil.copy(os.path.join(work_dir, name), logs)
+    return logs
+
+
 def print_summary(results: dict, args: argparse.Namespace, work_dir: str) -> None:
     print()
     if args.sweep or args.scaling:
         print_mode_summary(results, args, work_dir)
         return
+    for name, phase in results["phases"].items():  # where our trainer's time went, phase by phase
+        summary = phase.get("summary") or {}
+        if summary.get("time_accounting"):
+            print(f"{name}: " + "\n  ".join(accounting_lines(summary["time_accounting"], summary.get("startup", {}))))
     print("\n".join(results["table"]))
     r = results["ratios"]
     if r.get("training_vs_sf") is not None:
@@ -293,12 +310,12 @@ def print_summary(results: dict, args: argparse.Namespace, work_dir: str) -> Non
     for i, variant in enumerate(args.variant, 1):
         if r.get(f"training_variant_{i}_vs_sf") is not None:
             print(f"ours ({variant})/SF training frames/s: {r[f'training_variant_{i}_vs_sf']:.2f}")
-    print(f"\nresults: {args.output}" + (f"; logs in {work_dir}" if args.work_dir else ""))
+    print(f"\nresults: {args.output}; logs in {results['logs']}")
 
 
 def print_mode_summary(results: dict, args: argparse.Namespace, work_dir: str) -> None:
     """--sweep's or --scaling's table; the sweep's best point comes last, so it is the last line of output."""
-    print(f"results: {args.output}" + (f"; logs in {work_dir}" if args.work_dir else ""))
+    print(f"results: {args.output}; logs in {results['logs']}")
     if args.sweep:
         print("\n".join(sweep.report_lines(results.get("sweep", []), args.env)))
         return
@@ -337,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
         finish(results)
         write_json(args.output, results)
+        results["logs"] = keep_logs(work_dir, args)
         if args.work_dir is None:
             shutil.rmtree(work_dir, ignore_errors=True)
     print_summary(results, args, work_dir)

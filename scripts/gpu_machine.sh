@@ -26,11 +26,12 @@ PY=3.12
 
 download() {
     local platforms=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
-                     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
+                     --platform manylinux_2_26_x86_64 --platform manylinux_2_17_x86_64
+                     --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
     local pip=(python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$PY"
                --implementation cp "${platforms[@]}")
     "${pip[@]}" -d "$WHEELS/ours" gymnasium==1.4.0 farama-notifications==0.0.6 signal-slot-mp==1.0.5 \
-        faster-fifo==1.5.2 ale-py==0.12.1
+        faster-fifo==1.5.2 ale-py==0.12.1 pyzmq==27.3.0
     "${pip[@]}" -d "$WHEELS/sf" sample-factory==2.1.1 gymnasium==0.29.1 numpy==1.26.4 ale-py==0.9.0 \
         tensorboardx==2.6.2.2 colorlog==6.9.0 signal-slot-mp==1.0.5 faster-fifo==1.5.2 \
         farama-notifications==0.0.6
@@ -72,27 +73,48 @@ bench_cartpole() {
         --output="$OUTDIR/cartpole_512.json" 2>&1 | tee "$OUTDIR/cartpole_512.log"
 }
 
-bench_learner() {  # the learner's ceiling: SGD steps of Pong's model on synthetic data, float32 and bf16
-    { python3 scripts/bench_sgd_step.py --env=atari_pong --device=cuda
-      python3 scripts/bench_sgd_step.py --env=atari_pong --device=cuda --mixed_precision; } 2>&1 | tee "$OUTDIR/learner.log"
+bench_learner_both() {  # the learner's ceiling: SGD steps of Pong's model on synthetic data, float32 and bf16
+    python3 scripts/bench_sgd_step.py --env=atari_pong --device=cuda
+    python3 scripts/bench_sgd_step.py --env=atari_pong --device=cuda --mixed_precision
+}
+
+bench_learner() {
+    bench_learner_both 2>&1 | tee "$OUTDIR/learner.log"
+}
+
+# `all` writes its runs under $ALL_DIR and, after each stage, what the device tool brings back (at most 8 files)
+# into $OUTDIR: every stage's results JSON and log in one gpu_all.tar.gz, plus the summary files. A stage that
+# would start past ALL_DEADLINE seconds is skipped (and named), so the call ends inside the tool's 10 minutes.
+ALL_DIR=/tmp/gpu_all
+ALL_DEADLINE=${ALL_DEADLINE:-470}
+
+stage() {  # stage NAME COMMAND...: run it unless past the deadline; log under $ALL_DIR; pack what exists so far
+    local name=$1; shift
+    if (( SECONDS > ALL_DEADLINE )); then skipped+=("$name"); return; fi
+    echo "== $name (at ${SECONDS}s)" | tee -a "$ALL_DIR/all.txt"
+    "$@" 2>&1 | tee "$ALL_DIR/$name.log" || failed+=("$name")
+    cp -f "$ALL_DIR"/*.json "$ALL_DIR"/*.png "$OUTDIR"/ 2>/dev/null || true
+    tar czf "$OUTDIR/gpu_all.tar.gz" -C "$ALL_DIR" --exclude='*.pt' --exclude='*.pth' . 2>/dev/null || true
 }
 
 all() {
-    local failed=()
-    tests || failed+=(tests)
-    python3 scripts/benchmark.py --env=atari_pong --phases=raw,sampling,training,sf --seconds=15 --warmup=8 \
-        --num_workers="$CORES" --num_envs_per_worker=16 --extra="--device=cuda" --sf_python=./.sf_python \
-        --sf_module=sf_examples.atari.train_atari --work_dir="$OUTDIR/pong_runs" --output="$OUTDIR/pong.json" \
-        2>&1 | tee "$OUTDIR/pong.log" || failed+=(pong)
-    python3 scripts/benchmark.py --env=CartPole-v1 --encoder_mlp_layers 512 512 --phases=training,sf --seconds=15 \
-        --warmup=5 --num_workers="$CORES" --extra="--device=cuda" --sf_python=./.sf_python \
-        --work_dir="$OUTDIR/cartpole_runs" --output="$OUTDIR/cartpole_512.json" 2>&1 | tee "$OUTDIR/cartpole_512.log" \
-        || failed+=(cartpole_512)
-    python3 scripts/benchmark.py --env=atari_pong --scaling=4,8,16 --plot="$OUTDIR/gpu_scaling.png" \
-        --extra="--device=cuda" --seconds=10 --warmup=8 --output="$OUTDIR/scaling.json" 2>&1 \
-        | tee "$OUTDIR/scaling.log" || failed+=(scaling)
-    bench_learner || failed+=(learner)
-    echo "gpu_machine.sh all: done; failed stages: ${failed[*]:-none}" | tee "$OUTDIR/all.txt"
+    failed=() skipped=()
+    mkdir -p "$ALL_DIR"
+    local bench=(python3 scripts/benchmark.py --extra="--device=cuda" --sf_python=./.sf_python)
+    stage pong "${bench[@]}" --env=atari_pong --phases=raw,sampling,training,sf --seconds=15 --warmup=8 \
+        --num_workers="$CORES" --num_envs_per_worker=16 --sf_module=sf_examples.atari.train_atari \
+        --work_dir="$ALL_DIR/pong_runs" --output="$ALL_DIR/pong.json"
+    stage cartpole_512 "${bench[@]}" --env=CartPole-v1 --encoder_mlp_layers 512 512 --phases=training,sf \
+        --seconds=15 --warmup=5 --num_workers="$CORES" --work_dir="$ALL_DIR/cartpole_runs" \
+        --output="$ALL_DIR/cartpole_512.json"
+    stage gpu_tests python3 -m pytest -m gpu tests -q -rs -p no:cacheprovider
+    stage learner bench_learner_both
+    stage scaling "${bench[@]}" --env=atari_pong --scaling=4,8,16 --plot="$ALL_DIR/gpu_scaling.png" --seconds=10 \
+        --warmup=8 --work_dir="$ALL_DIR/scaling_runs" --output="$ALL_DIR/scaling.json"
+    echo "gpu_machine.sh all: done in ${SECONDS}s; failed stages: ${failed[*]:-none}; skipped past" \
+         "${ALL_DEADLINE}s: ${skipped[*]:-none}" | tee -a "$ALL_DIR/all.txt"
+    cp -f "$ALL_DIR/all.txt" "$OUTDIR/"
+    tar czf "$OUTDIR/gpu_all.tar.gz" -C "$ALL_DIR" --exclude='*.pt' --exclude='*.pth' .
 }
 
 bench_scaling() {

@@ -220,6 +220,9 @@ class Config:
     # --- logging
     experiment_summaries_interval: float = flag(2.0, "logging", "Seconds between TensorBoard summaries.")
     report_interval: float = flag(5.0, "logging", "Seconds between console status lines.")
+    time_report: bool = flag(False, "logging", "At the end of the run, log where each kind of component's time "
+                             "went (env steps, forward passes, copies, SGD, waiting) and the start-up timeline. "
+                             "training_summary.json holds both in any case (time_accounting, startup).")
     stats_window: int = flag(100, "logging", "Episodes averaged for the reported mean return.")
     with_wandb: bool = flag(False, "logging", "Also log to Weights & Biases (the wandb extra): the TensorBoard "
                             "scalars, the config, and enjoy's video and results. WANDB_MODE=offline writes the run "

@@ -116,7 +116,7 @@ def test_every_emit_and_connection_type_checks_against_the_signal_declarations()
     this checks our code's contracts in seconds, not torch's stubs."""
     from mypy import api
 
-    contracts = [f"sf_core/contracts/{name}.py" for name in ("signals", "sample", "control", "component")]
+    contracts = [f"sf_core/contracts/{name}.py" for name in ("signals", "sample", "control", "component", "timing")]
     users = [str(p.relative_to(REPO)) for p in product_modules()
              if "sf_core.contracts.signals import" in p.read_text(encoding="utf-8")
              or "from sf_core.contracts import signals" in p.read_text(encoding="utf-8")]

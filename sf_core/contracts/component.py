@@ -25,7 +25,8 @@ import faster_fifo
 import torch
 from sf_core.common.logs import setup_logging
 from sf_core.contracts.control import ControlBlock
-from sf_core.contracts.signals import COMPONENT_ERROR, RoutedSignal, Signal
+from sf_core.contracts.signals import COMPONENT_ERROR, REPORT, RoutedSignal, Signal
+from sf_core.contracts.timing import PhaseClock
 from signal_slot.signal_slot import EventLoop, EventLoopObject, EventLoopProcess, Timer
 
 
@@ -42,16 +43,24 @@ class ComponentError(RuntimeError):
 
 
 def guarded(slot: Callable) -> Callable:
-    """Turn any exception escaping a slot into a ComponentError naming the component."""
+    """Turn any exception escaping a slot into a ComponentError naming the component; count the slot's time
+    as the component's busy time (sf_core/contracts/timing.py)."""
 
     @functools.wraps(slot)
     def wrapper(self: "Component", *args: Any):
+        clock = self.clock
+        clock.depth += 1
+        started = time.perf_counter()
         try:
             return slot(self, *args)
         except ComponentError:
             raise
         except Exception as exc:
             raise ComponentError(self.name, _describe(exc)) from exc
+        finally:
+            clock.depth -= 1
+            if clock.depth == 0:
+                clock.busy += time.perf_counter() - started
 
     return wrapper
 
@@ -68,10 +77,12 @@ class Component(EventLoopObject):
     """
 
     HEARTBEAT_SEC = 0.5
+    TIMING_SEC = 1.0  # how often a component that reports its timing does (`report_timing`)
 
     def __init__(self, event_loop: EventLoop, name: str, control: ControlBlock | None = None):
         super().__init__(event_loop, name)
         self.name = name
+        self.clock = PhaseClock(name)
         self.heartbeats = control.heartbeats if control is not None else None
         self.heartbeat_index = self.heartbeats.index(name) if self.heartbeats is not None else -1
         if self.heartbeats is not None:
@@ -81,6 +92,26 @@ class Component(EventLoopObject):
     def beat(self, activity: str) -> None:
         if self.heartbeats is not None:
             self.heartbeats.beat(self.heartbeat_index, activity)
+
+    def report_timing(self) -> None:
+        """From the loop's start on, send where this component's time went (a `TimingReport`) every TIMING_SEC,
+        and once more when `stop_loop` ends it. The loop's start then reaches the component's `on_start` from here:
+        signal-slot keeps one slot per signal and receiver."""
+        self.reports_timing = True
+        self.timing_timer = Timer(self.event_loop, self.TIMING_SEC, object_id=f"{self.name}_timing_timer")
+        self.timing_timer.timeout.connect(self.send_timing)
+        self.event_loop.start.connect(self.timing_started)  # one slot per signal and receiver: on_start runs here
+
+    def timing_started(self) -> None:
+        self.clock.mark_started()
+        on_start = getattr(self, "on_start", None)
+        if on_start is not None:
+            started = time.perf_counter()
+            on_start()
+            self.clock.add("start_up", time.perf_counter() - started)
+
+    def send_timing(self) -> None:
+        REPORT.emit(self, self.clock.take())
 
     def idle_heartbeat(self) -> None:
         # a timer fires only between slots, so the component is idle right now
@@ -93,6 +124,8 @@ class Component(EventLoopObject):
 
     def stop_loop(self) -> None:
         self.beat("stopped")
+        if getattr(self, "reports_timing", False):
+            self.send_timing()
         self.event_loop.stop()
 
 

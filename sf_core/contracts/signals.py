@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, ParamSpec
 
 from sf_core.contracts.names import per_policy
+from sf_core.contracts.timing import TimingReport
 
 P = ParamSpec("P")
 
@@ -149,7 +150,7 @@ class LearnerRankReport:
     node: str
 
 
-Report = RolloutReport | InferenceReport | LearnerReport | SamplerReport | LearnerRankReport
+Report = RolloutReport | InferenceReport | LearnerReport | SamplerReport | LearnerRankReport | TimingReport
 
 
 # ------------------------------------------------------------------------------- the data flow, in order

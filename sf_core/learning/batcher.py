@@ -12,6 +12,7 @@ Each policy has its own batcher and datasets: it copies the trajectory rows its 
 
 from __future__ import annotations
 
+import time
 from collections import deque
 
 import numpy as np
@@ -47,6 +48,7 @@ class Batcher(Component):
         # whole dataset could leave every slot waiting on a policy that needs more of them.
         self.eager = cfg.num_policies > 1
         self.policy_id = buffers["policy_id"].numpy()
+        self.report_timing()
 
     @guarded
     def new_trajectories(self, slot: int) -> None:
@@ -74,7 +76,9 @@ class Batcher(Component):
             index, fill = self.filling
             self.beat("copying trajectories into a dataset")
             units = [self.ready.popleft() for _ in range(min(len(self.ready), D - fill))]
+            started = time.perf_counter()
             self._copy(index, fill, units)
+            self.clock.add("copy", time.perf_counter() - started)
             self._release(index, units)
             fill += len(units)
             self.filling = None if fill == D else (index, fill)

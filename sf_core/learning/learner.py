@@ -146,7 +146,7 @@ class Learner(Component):
         self.group = group  # --num_learners > 1: this learner is rank 0 of that group
         self.link: GroupLink | None = None
         self.group_lost = False  # another rank is gone: no more training, the run is stopping
-        loop.start.connect(self.on_start)
+        self.report_timing()  # and its on_start, from the loop's start
         if group is not None:
             self.keepalive = Timer(loop, group.keepalive_interval(), object_id=f"{self.name}_group_keepalive")
             self.keepalive.timeout.connect(self.keep_group_waiting)
@@ -156,6 +156,7 @@ class Learner(Component):
         state = checkpoint.load(self.resume_from, map_location=self.trainer.device) if self.resume_from else None
         self.link = self.group.join(0) if self.group is not None else None
         self.version = self.trainer.build(self.weights, state, lambda: self.beat("training on a dataset"), self.link)
+        self.clock.mark("model_ready")
         if state is not None:
             self.samples_trained = state["samples_trained"]
             checkpoint.restore_rng(state["rng"])
@@ -221,11 +222,16 @@ class Learner(Component):
         except GroupError as exc:
             self._lose_group(exc)
             return
+        trained = time.perf_counter()
+        self.clock.add("sgd", trained - started)
+        self.clock.mark("first_sgd")
         # several policies: a dataset holds rows of other policies too (inactive here), which are not ours;
         # counted before the dataset goes back to the batcher, which refills it
         samples = dataset["rewards"].numel() if self.cfg.num_policies == 1 else int((~dataset["inactive"]).sum())
         self.version += 1
         self.weights.publish(self.trainer.models["actor_critic"].module, self.version)
+        self.clock.add("publish_weights", time.perf_counter() - trained)
+        self.clock.count("datasets")
         BATCH_CONSUMED.emit(self, index)
         self.samples_trained += samples
         REPORT.emit(self, LearnerReport(self.policy, self.version, samples, time.perf_counter() - started,

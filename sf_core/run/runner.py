@@ -375,7 +375,7 @@ class Runner(Component):
         summary["last_checkpoint"] = self.last_checkpoint
         if len(last) > 1:
             summary["last_checkpoints"] = last
-        for line in self.stats.policy_report():
+        for line in self.stats.policy_report() + (self.stats.accounting.lines() if self.cfg.time_report else []):
             log.info(line)
         self.experiment.write_summary(summary)
         if len(last) == 1 and self.last_checkpoint:

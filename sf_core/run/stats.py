@@ -11,6 +11,8 @@ import numpy as np
 from sf_core.cluster.cluster_stats import ClusterStats
 from sf_core.contracts.signals import (InferenceReport, LearnerRankReport, LearnerReport, Report, RolloutReport,
                                        SamplerReport, inference_worker_name)
+from sf_core.contracts.timing import TimingReport
+from sf_core.run.time_accounting import TimeAccounting
 from sf_core.run.win_rates import WinRates
 
 log = logging.getLogger("sf_core")
@@ -85,6 +87,8 @@ class TrainingStats:
         self.busy_snapshot = (time.time(), dict(self.seconds))
         self.summary_snapshot = self.busy_snapshot
         self.writer = writer
+        self.accounting = TimeAccounting()  # where each kind of component's time went, and the start-up
+        self.accounting.mark("runner_started", self.started)
 
     # ---- ingest
     def add(self, report: Report) -> None:
@@ -105,6 +109,8 @@ class TrainingStats:
             self.policy_version = max(p.version for p in self.policies)
             if len(self.policies) == 1:  # several: each policy's are in its own section
                 self.learner = report.stats
+        elif isinstance(report, TimingReport):
+            self.accounting.add(report)
         elif isinstance(report, (SamplerReport, LearnerRankReport)):  # --ray_address
             self.cluster = self.cluster or ClusterStats()
             self.cluster.add(report)
@@ -115,6 +121,7 @@ class TrainingStats:
         self.frames += report.frames
         if report.frames and self.first_frame_at is None:
             self.first_frame_at = time.time()
+            self.accounting.mark("first_frame", self.first_frame_at)
         self.seconds["env_step"] += report.env_seconds
         self.env_faults += report.env_faults
         if report.service is not None:
@@ -225,6 +232,7 @@ class TrainingStats:
             "interrupted_episodes": self.interrupted_episodes,
             "final_learner_stats": dict(self.learner), "inference_versions": dict(self.inference_versions),
             "agent_mean_returns": self.agent_mean_returns(),
+            "time_accounting": self.accounting.summary(), "startup": self.accounting.startup(),
             **self.policy_summary(),
             **({"cluster": self.cluster.summary()} if self.cluster else {}),
         }

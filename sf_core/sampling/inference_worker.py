@@ -96,12 +96,13 @@ class InferenceWorker(Component):
         self.model: ActorCritic | None = None
         self.version = -1
         self.report = InferenceReport(index, policy, 0, 0, 0.0)  # what happened since the last report
-        loop.start.connect(self.on_start)
+        self.report_timing()  # and its on_start, from the loop's start
 
     @guarded
     def on_start(self) -> None:
         torch.manual_seed(self.seed + 7919 * (self.index + 1) + 104729 * self.policy_index)
         self.model = ActorCritic(self.obs_space, self.action_space, self.spec).to(self.device)
+        self.clock.mark("model_on_device")  # on a GPU: CUDA's context made too
         self.model.eval()
         if self.cfg.mixed_precision:
             store_weights_in_bfloat16(self.model)  # load_into converts each new version once
@@ -129,6 +130,7 @@ class InferenceWorker(Component):
         self.beat("policy forward pass")
         if self.weights.current_version() != self.version:
             self.version = self.weights.load_into(self.model)
+            self.clock.add("load_weights", time.perf_counter() - started)
         with torch.no_grad():
             # values of cut episodes first: with a recurrent core they need each env's state before this step
             self._truncation_values([r for r in requests if r[5]])
@@ -144,11 +146,13 @@ class InferenceWorker(Component):
         self.report.requests += len(requests)
         self.report.batches += 1
         self.report.seconds += time.perf_counter() - started
+        self.clock.mark("first_forward")
 
     def _act(self, rows: "Rows") -> None:
         """Sample actions for these rows and store them with their log-probs, values and the policy version."""
-        views = self.views
+        views, clock, started = self.views, self.clock, time.perf_counter()
         obs = self.io.gather("obs", views["obs"], rows.at, self.obs_row_shape)
+        gathered = time.perf_counter()
         state: dict[str, torch.Tensor] = {}
         if self.policy.recurrent:
             params, values, state["rnn"], at_split = self._recurrent_step(obs, rows)
@@ -158,14 +162,23 @@ class InferenceWorker(Component):
         params, values = params.float(), values.float()
         dist = self.policy.distribution(params)
         actions = dist.sample()
-        out = self.io.to_host({"actions": actions, "log_prob": dist.log_prob(actions),
-                               "values": self.policy.denormalize_value(values), **state})
+        log_prob, values = dist.log_prob(actions), self.policy.denormalize_value(values)
+        forwarded = time.perf_counter()
+        # on a GPU the forward pass is queued, not run: its device time is the wait inside to_host
+        out = self.io.to_host({"actions": actions, "log_prob": log_prob, "values": values, **state})
+        returned = time.perf_counter()
         if state:
             views["rnn_latest"][at_split] = out["rnn"].reshape(rows.lead + (-1,))
         views["actions"][rows.at] = out["actions"].reshape(rows.lead + tuple(actions.shape[1:]))
         views["log_prob"][rows.at] = out["log_prob"].reshape(rows.lead)
         views["behaviour_values"][rows.at] = out["values"].reshape(rows.lead)
         views["policy_version"][rows.at] = self.version
+        clock.add("gather_to_device", gathered - started)
+        clock.add("forward", forwarded - gathered)
+        clock.add("to_host", returned - forwarded)
+        clock.add("scatter", time.perf_counter() - returned)
+        clock.count("batches")
+        clock.count("rows", rows.count)
 
     @property
     def policy(self) -> ActorCritic:

@@ -65,7 +65,7 @@ class RolloutWorker(Component):
         self.interrupted_episodes = 0  # episodes cut by a slot failure: never reported as finished
         self.readmitted_reported = 0
         self.stopping = False
-        loop.start.connect(self.on_start)
+        self.report_timing()  # and its on_start, from the loop's start
 
     @guarded
     def on_start(self) -> None:
@@ -88,6 +88,7 @@ class RolloutWorker(Component):
                 self._park(s, exc)
                 continue
             self._request(s, RowOrigin.AFTER_RESET)
+        self.clock.mark("envs_made")
 
     def _open_pool(self) -> None:
         """--env_service: this worker's slots, and a timer that retries the splits parked on a failed one."""
@@ -174,6 +175,9 @@ class RolloutWorker(Component):
 
     def _stepped(self, split: int, has_truncation: bool, seconds: float) -> None:
         self.env_seconds += seconds
+        if self.steppers is None:  # remote splits step on threads, outside the loop's slot time
+            self.clock.add("env_step", seconds)
+        self.clock.mark("first_step")
         # one frame per agent step (a row): the unit the learner trains on, for multi-agent envs too
         self.frames += self.layout.rows_per_split * self.cfg.env_frameskip
         self._request(split, RowOrigin.AFTER_STEP, has_truncation)
