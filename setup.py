@@ -8,7 +8,6 @@ setup(
     packages=find_packages(include=["sf_core", "sf_core.*", "algo", "algo.*", "envs", "envs.*"]),
     install_requires=[
         "torch>=2.1",
-        "networkx>=3.0",
         "numpy>=1.24",
         "gymnasium>=1.0",
         "signal-slot-mp>=1.0.5",
@@ -30,7 +29,8 @@ setup(
         "export": ["onnx>=1.16", "onnxscript>=0.2", "onnxruntime>=1.17"],  # python -m sf_core.export
         "ray": ["ray>=2.9", "psutil>=5"],  # --ray_address (docs/distributed.md); psutil: a learner rank's network interface
         # import-linter: the layers contract (.importlinter), checked by tests/test_layers.py
-        "dev": ["pytest>=7", "pytest-timeout>=2", "psutil>=5", "mypy>=1.8", "import-linter>=2.1", "imageio>=2.30",
+        "dev": ["networkx>=3.0", "pytest>=7", "pytest-timeout>=2", "psutil>=5", "mypy>=1.8", "import-linter>=2.1",
+                "imageio>=2.30",
                 "imageio-ffmpeg>=0.4.9",
                 "gymnasium[classic-control]>=1.0", "matplotlib>=3.7", "ale-py>=0.10", "gymnasium[mujoco]>=1.0",
                 "pettingzoo>=1.24", "wandb>=0.17", "huggingface_hub>=0.23", "onnx>=1.16", "onnxscript>=0.2",

@@ -32,7 +32,7 @@ def render(algo: str, output: str, with_vtrace: bool = True) -> str:
 
     cfg = Config(env="CartPole-v1", algo=algo, with_vtrace=with_vtrace)
     nodes = algorithm_builder(algo)(LearningParams.from_config(cfg)).nodes
-    graph = build_graph(nodes, BATCH_KEYS)
+    graph = build_graph(nodes, BATCH_KEYS).to_networkx()
     used = sorted({key for node in nodes for key in node.input_keys if key in BATCH_KEYS})
     graph.add_node("batch", node=None)
     for node in nodes:

@@ -84,6 +84,35 @@ def test_tiny_run_writes_every_figure(tmp_path):
     assert any("sf_core training" in line for line in results["table"])
     assert any(line.startswith("sf_core training --num_epochs=2") for line in results["table"])
     assert "frames/s" in proc.stdout
+    check_time_accounting(training["summary"], proc.stdout)
+    logs = tmp_path / "bench_logs"  # the temporary work dir went; each run's log stayed beside the results
+    assert {"training.log", "sampling.log", "training_baseline.log"} <= {p.name for p in logs.iterdir()}
+    assert "fps" in (logs / "training.log").read_text()
+
+
+def check_time_accounting(summary: dict, stdout: str) -> None:
+    """Every kind of component says where its time went, and every process when it reached each start-up step."""
+    accounting = summary["time_accounting"]
+    assert list(accounting) == ["rollout_worker", "inference_worker", "batcher", "learner"]
+    named = {"rollout_worker": "env_step", "inference_worker": "forward", "batcher": "copy", "learner": "sgd"}
+    for kind, k in accounting.items():
+        assert k["components"] == 1 and k["wall_seconds"] > 2
+        assert k["seconds"][named[kind]] > 0 and "waiting" in k["seconds"] and "other" in k["seconds"]
+        assert sum(k["shares"].values()) == pytest.approx(1.0, abs=0.05)  # the phases split the wall time
+    assert accounting["inference_worker"]["mean_batch_rows"] >= 1
+    assert accounting["inference_worker"]["counts"]["batches"] > 10
+    startup = summary["startup"]
+    runner = startup["runner"]
+    assert 0 < runner["main_started"] < runner["env_probed"] < runner["processes_started"] < runner["first_frame"]
+    marks = {"rollout_worker": ["process_started", "loop_started", "envs_made", "first_step"],
+             "inference_worker": ["process_started", "loop_started", "model_on_device", "first_forward"],
+             "learner": ["process_started", "loop_started", "model_ready", "first_sgd"]}
+    for kind, expected in marks.items():
+        seen = startup["latest_by_kind"][kind]
+        assert list(seen) == expected and all(0 < seen[m] < 60 for m in expected), (kind, seen)
+        assert runner["main_started"] < seen["process_started"] <= seen["loop_started"]
+    assert startup["latest_by_kind"]["rollout_worker"]["first_step"] <= runner["first_frame"]
+    assert "training: where the time went" in stdout and "start-up, seconds after launch" in stdout
 
 
 @pytest.mark.slow

@@ -9,11 +9,12 @@ import shutil
 import subprocess
 import sys
 
-import grimp
 import networkx as nx
 
 from sf_core.cli.arguments import FLAG_CHECKS
-from tests.conftest import REPO
+from tests.conftest import REPO, extra
+
+grimp = extra("grimp", "dev")
 
 PACKAGES = ("sf_core", "algo", "envs")
 LINT = ("import sys; from importlinter.cli import lint_imports; "

@@ -33,14 +33,15 @@ class TimingReport:
 
 
 def process_started_at() -> float:
-    """When the OS started this process (wall clock): Linux's /proc; elsewhere, when this module was imported."""
+    """When the OS started this process (wall clock, to its 10 ms ticks): Linux's /proc; elsewhere, when this
+    module was imported. The process's age is read on the boot clock, which its start time counts on (the boot
+    time in /proc/stat is rounded to the second: too coarse)."""
     try:
         with open("/proc/self/stat") as f:
             start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, after the command's name
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
-        return boot + start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - age
+    except (OSError, ValueError, IndexError, AttributeError):
         return _IMPORTED_AT
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Callable
 import gymnasium as gym
 import torch
 
+from algo.adam import make_adam
 from algo.algorithms import AlgorithmBuilder
 from algo.graph import Context, GraphExecutor, ModelSlot, build_graph
 from algo.model import ActorCritic, ModelSpec
@@ -79,8 +80,7 @@ class Trainer:
         if state is not None and self.cfg.with_pbt:  # PBT's current values; otherwise the flags decide
             self.hyperparams.update(state.get("hyperparams", {}))
         # fused: one kernel for all parameters instead of a dozen tensor ops per parameter (docs/performance.md)
-        fused = torch.device(self.device).type in ("cpu", "cuda")
-        optimizer = torch.optim.Adam(model.parameters(), fused=fused)
+        optimizer = make_adam(model.parameters(), self.device)
         if state is not None:  # the moments; the hyperparameters in it give way to apply_hyperparams below
             optimizer.load_state_dict(state["optimizer"])
         self.models = {"actor_critic": ModelSlot(model, optimizer, self.device)}

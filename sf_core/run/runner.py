@@ -79,6 +79,7 @@ class Runner(Component):
         self.last_check = time.time()  # when check() last ran: the loop watchdog reads it
         self.loop_done = threading.Event()
         self.threads_before_fork = 0
+        self.marks: dict[str, float] = {}  # the runner's start-up steps (wall clock), for the time accounting
 
     @property
     def stats(self) -> TrainingStats:
@@ -93,6 +94,7 @@ class Runner(Component):
         # the algorithm's graph is checked here, so a broken one fails before any process starts
         build_graph(algorithm_builder(cfg.algo)(LearningParams.from_config(cfg)).nodes, BATCH_KEYS)
         obs_space, action_space, agents_per_env = probe_spaces(cfg, self.registry, self.seed)
+        self.marks.setdefault("env_probed", time.time())
         population = self.population
         population.check(agents_per_env)
         if cfg.restart_behavior == "resume" or resume:
@@ -123,6 +125,7 @@ class Runner(Component):
             self.topology = build_driver_components(setup, self)
         else:
             self.topology = build_components(setup, self)
+        self.marks.setdefault("components_built", time.time())  # buffers allocated, models made
 
     # ---------------------------------------------------------------- run
     def run(self) -> int:
@@ -160,6 +163,7 @@ class Runner(Component):
     def _start_components(self) -> None:
         for proc in self.topology.processes:
             proc.start()
+        self.marks.setdefault("processes_started", time.time())
         if self.threads_before_fork:  # this interpreter may train again, serially, later
             torch.set_num_threads(self.threads_before_fork)
         if self._stats is None:
@@ -172,6 +176,8 @@ class Runner(Component):
             if self.cfg.with_wandb:  # like the TensorBoard writer, after the fork: wandb runs a service process
                 writer = wandb_logging.WandbWriter(writer, wandb_logging.init_run(self.cfg, self.experiment.path))
             self._stats = TrainingStats(self.cfg.stats_window, writer, self.launched, counts, n)
+            for name, at in self.marks.items():
+                self.stats.accounting.mark(name, at)
             self.population.restore(self.stats)
             self.progress = Progress(self.cfg, self.launched)
         self.last_summary = self.last_console = self.last_save = time.time()

@@ -88,7 +88,7 @@ class TrainingStats:
         self.summary_snapshot = self.busy_snapshot
         self.writer = writer
         self.accounting = TimeAccounting()  # where each kind of component's time went, and the start-up
-        self.accounting.mark("runner_started", self.started)
+        self.accounting.mark("main_started", self.started)  # sf_core.train's main: its imports done
 
     # ---- ingest
     def add(self, report: Report) -> None:

@@ -177,9 +177,11 @@ class RolloutWorker(Component):
         self.env_seconds += seconds
         if self.steppers is None:  # remote splits step on threads, outside the loop's slot time
             self.clock.add("env_step", seconds)
-        self.clock.mark("first_step")
         # one frame per agent step (a row): the unit the learner trains on, for multi-agent envs too
         self.frames += self.layout.rows_per_split * self.cfg.env_frameskip
+        if "first_step" not in self.clock.reached:  # the runner hears of the first frame now, not a report later
+            self.clock.mark("first_step")
+            self.send_report()
         self._request(split, RowOrigin.AFTER_STEP, has_truncation)
 
     def _step_failed(self, split: int, exc: EnvStepError) -> None:
