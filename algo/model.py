@@ -235,3 +235,20 @@ class ActorCritic(nn.Module):
             return value
         mean, std = self.returns_norm._mean_std(value.dtype)
         return (value - mean) / std  # unclipped, unlike observations
+
+
+def layer_summary(model: "ActorCritic") -> str:
+    """The model's layers in order, for the console: `conv 4→32 8×8, ..., linear 3136→512, grucell 512→128,
+    action 128→6, value 128→1`."""
+    heads = {id(m): "action" for m in model.action_head.modules()}
+    heads[id(model.value_head)] = "value"
+    parts = []
+    for module in model.modules():
+        if isinstance(module, nn.Conv2d):
+            k = module.kernel_size
+            parts.append(f"conv {module.in_channels}→{module.out_channels} {k[0]}×{k[1]}")
+        elif isinstance(module, nn.Linear):
+            parts.append(f"{heads.get(id(module), 'linear')} {module.in_features}→{module.out_features}")
+        elif isinstance(module, (nn.GRU, nn.LSTM, nn.GRUCell, nn.LSTMCell)):
+            parts.append(f"{type(module).__name__.lower()} {module.input_size}→{module.hidden_size}")
+    return ", ".join(parts)

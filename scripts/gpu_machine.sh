@@ -9,10 +9,11 @@
 #                                                      # bench_learner, each on its own with longer windows
 #
 # One call of the device tool, with .whl carried: `source scripts/gpu_machine.sh install && bash
-# scripts/gpu_machine.sh all`; results and logs land in $OUT. `all` is sized, not yet measured, to finish in about 9 minutes
-# on 16 cores (an estimate from the separate runs' timings: the GPU tests about 2.5, Pong's four phases about 3,
-# CartPole 512x512 against Sample Factory about 1, the scaling run about 2, the learner's ceiling under 1); it goes
-# on past a stage that fails.
+# scripts/gpu_machine.sh all`; results land in $OUT. On an H200 with 16 cores (2026-11-26) its stages took,
+# with 3 s more per benchmark window than now: Pong's four phases 190 s, CartPole 512x512 against Sample
+# Factory 80 s, the learner's ceiling 20 s, the scaling run 110 s, and the GPU tests 210 s in a call of their
+# own; about 9.5 minutes together with today's windows, inside the tool's 10. A stage that would start past
+# ALL_DEADLINE is skipped and named; it goes on past a stage that fails.
 #
 # The target machine's Python is 3.12 with torch, numpy 2, psutil, pytest, tensorboard and matplotlib already
 # installed (only what it lacks is carried). Sample Factory needs gymnasium 0.29 and numpy 1: they go into a
@@ -101,16 +102,16 @@ all() {
     failed=() skipped=()
     mkdir -p "$ALL_DIR"
     local bench=(python3 scripts/benchmark.py --extra="--device=cuda" --sf_python=./.sf_python)
-    stage pong "${bench[@]}" --env=atari_pong --phases=raw,sampling,training,sf --seconds=15 --warmup=8 \
+    stage pong "${bench[@]}" --env=atari_pong --phases=raw,sampling,training,sf --seconds=12 --warmup=6 \
         --num_workers="$CORES" --num_envs_per_worker=16 --sf_module=sf_examples.atari.train_atari \
         --work_dir="$ALL_DIR/pong_runs" --output="$ALL_DIR/pong.json"
     stage cartpole_512 "${bench[@]}" --env=CartPole-v1 --encoder_mlp_layers 512 512 --phases=training,sf \
-        --seconds=15 --warmup=5 --num_workers="$CORES" --work_dir="$ALL_DIR/cartpole_runs" \
+        --seconds=12 --warmup=5 --num_workers="$CORES" --work_dir="$ALL_DIR/cartpole_runs" \
         --output="$ALL_DIR/cartpole_512.json"
-    stage gpu_tests python3 -m pytest -m gpu tests -q -rs -p no:cacheprovider
     stage learner bench_learner_both
-    stage scaling "${bench[@]}" --env=atari_pong --scaling=4,8,16 --plot="$ALL_DIR/gpu_scaling.png" --seconds=10 \
-        --warmup=8 --work_dir="$ALL_DIR/scaling_runs" --output="$ALL_DIR/scaling.json"
+    stage scaling "${bench[@]}" --env=atari_pong --scaling=4,8,16 --plot="$ALL_DIR/gpu_scaling.png" --seconds=8 \
+        --warmup=6 --work_dir="$ALL_DIR/scaling_runs" --output="$ALL_DIR/scaling.json"
+    stage gpu_tests python3 -m pytest -m gpu tests -q -rs -p no:cacheprovider
     echo "gpu_machine.sh all: done in ${SECONDS}s; failed stages: ${failed[*]:-none}; skipped past" \
          "${ALL_DEADLINE}s: ${skipped[*]:-none}" | tee -a "$ALL_DIR/all.txt"
     cp -f "$ALL_DIR/all.txt" "$OUTDIR/"

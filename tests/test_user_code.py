@@ -193,3 +193,44 @@ def test_one_flag_brings_a_users_env_to_every_command_line_tool(tmp_path):
         missing = launch.run([*flags, "--env_module=not_my_envs"], timeout=60, module=module, cwd=str(tmp_path))
         assert missing.returncode == 2 and "--env_module=not_my_envs: No module named 'not_my_envs'" in \
             missing.stderr and "Traceback" not in missing.stderr, (module, missing.stderr[-2000:])
+
+
+NO_RENDER_ENV = '''
+import gymnasium as gym
+import numpy as np
+from sf_core import register_env
+
+
+class Coin(gym.Env):
+    """Guess a coin that always shows heads: no render()."""
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(1, np.float32), float(action == 0), False, self.t >= 10, {}
+
+
+register_env("Coin-v0", lambda name, cfg, ctx: Coin())
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_a_video_of_an_env_without_render_is_one_line_naming_render_mode(tmp_path):
+    (tmp_path / "coin_envs.py").write_text(NO_RENDER_ENV)
+    where = [f"--train_dir={tmp_path / 'runs'}", "--experiment=coin"]
+    trained = launch.run(["--env=Coin-v0", "--env_module=coin_envs", *where, "--train_for_env_steps=2000",
+                          "--num_workers=1", "--serial_mode=True"], timeout=120, cwd=str(tmp_path))
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    played = launch.run([*where, "--max_num_episodes=1", "--save_video"], timeout=60, module="sf_core.enjoy",
+                        cwd=str(tmp_path))
+    assert played.returncode == 2, played.stderr[-3000:]
+    assert "Traceback" not in played.stderr and "NotImplementedError" not in played.stderr, played.stderr[-3000:]
+    assert "--save_video: the env Coin-v0 cannot render" in played.stderr
+    assert "render_mode='rgb_array'" in played.stderr

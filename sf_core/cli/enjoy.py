@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 def evaluate(args: argparse.Namespace) -> dict:
     path = os.path.join(args.train_dir, args.experiment)
     loaded = load_checkpoint(path, args.checkpoint, args.device, args.policy_index)
-    env_name = args.env or loaded.cfg.env
+    env_name = args.env = args.env or loaded.cfg.env  # the experiment's env, unless another was given
     render_mode = "rgb_array" if args.save_video else None
     env = registry_snapshot().make(env_name, loaded.cfg, EnvContext(worker_index=-1, env_index=0, seed=args.seed,
                                                                     render_mode=render_mode, evaluation=True))
@@ -107,7 +107,7 @@ def play_single_agent(env: gym.Env, policy: TrainedPolicy, args: argparse.Namesp
         total, length, done = 0.0, 0, False
         while not done:
             if args.save_video and len(frames) < args.video_frames:
-                frames.append(env.render())
+                frames.append(render(env, args.env))
             obs, reward, terminated, truncated, _ = env.step(policy.act([obs], state)[0])
             total, length, done = total + float(reward), length + 1, terminated or truncated
         returns.append(total)
@@ -132,7 +132,7 @@ def play_multi_agent(env: gym.Env, policy: TrainedPolicy, args: argparse.Namespa
     frames: list = []
     while len(returns) < args.max_num_episodes:
         if args.save_video and len(frames) < args.video_frames:
-            frames.append(env.render())
+            frames.append(render(env, args.env))
         obs, rewards, terminated, truncated, infos = env.step(policy.act(obs, state))
         for i in np.flatnonzero(active):
             total[i] += float(rewards[i])
@@ -146,6 +146,17 @@ def play_multi_agent(env: gym.Env, policy: TrainedPolicy, args: argparse.Namespa
                 state.agent_done(int(i))
         active = np.array([info.get("is_active", True) for info in infos])
     return returns, lengths, agents, frames
+
+
+def render(env: gym.Env, name: str):
+    """One frame for --save_video; an env without render() is a ConfigError naming what to add."""
+    try:
+        return env.render()
+    except NotImplementedError:
+        raise ConfigError(f"--save_video: the env {name} cannot render (its render() is not implemented). Give it "
+                          "a render() that returns an RGB array (height x width x 3, uint8) when it is made with "
+                          "render_mode='rgb_array' (your env factory receives it as the EnvContext's render_mode), "
+                          "or leave out --save_video") from None
 
 
 def write_video(path: str, frames: list, fps: int) -> str:

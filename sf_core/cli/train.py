@@ -15,8 +15,17 @@ from sf_core.common import logs
 from sf_core.config import ConfigError
 from sf_core.contracts.component import quiet_signal_slot_logs
 from sf_core.machine.fit import describe, this_machine
+from sf_core.run.presets import VERIFIED
 
 log = logging.getLogger("sf_core")
+
+
+def preset_line(preset: str) -> str:
+    """The console's word on the preset it applied, and whether its values were verified here."""
+    line = f"applied preset for {preset} (flags you pass override it)"
+    if preset not in VERIFIED:
+        line += ": published values, not yet verified here to reach the env's usual score (docs/results.md)"
+    return line
 
 
 def setup_logging() -> None:
@@ -43,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
     if preset:
-        log.info("applied preset for %s (flags you pass override it)", preset)
+        log.info("%s", preset_line(preset))
     if cfg.machine_fit:
         where = "this machine" if not cfg.ray_address else "this machine; each cluster sampler refits its node"
         log.info("%s", describe(cfg, this_machine(cfg.device), where))

@@ -26,7 +26,7 @@ import torch
 
 from algo.algorithms import algorithm_builder
 from algo.conv_encoders import conv_summaries
-from algo.model import ActorCritic, ModelSpec
+from algo.model import ActorCritic, ModelSpec, layer_summary
 from envs.multi_agent import is_multi_agent, num_agents
 from envs.registry import EnvContext, EnvRegistry
 from sf_core.common.user_code import UserCode
@@ -194,8 +194,8 @@ def build_components(setup: Setup, runner: Component, sink: DatasetSink | None =
     for model, version in zip(setup.models, setup.versions):
         topology.weights.append(SharedWeights(model, make_lock(cfg.serial_mode, ctx)))
         topology.weights[-1].version[0] = version
-    log.info("model: %s parameters%s; buffers: %d trajectory slots of %d×%d steps",
-             f"{sum(p.numel() for p in setup.models[0].parameters()):,}",
+    log.info("model: %s; %s parameters%s; buffers: %d trajectory slots of %d×%d steps",
+             layer_summary(setup.models[0]), f"{sum(p.numel() for p in setup.models[0].parameters()):,}",
              f" (× {cfg.num_policies} policies)" if cfg.num_policies > 1 else "", layout.num_slots,
              layout.rollout + 1, layout.rows_per_split)
 

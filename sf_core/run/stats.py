@@ -350,15 +350,17 @@ class TrainingStats:
         lags = [p.learner["policy_lag_mean"] for p in self.policies if "policy_lag_mean" in p.learner]
         lag = float(np.mean(lags)) if lags else float("nan")
         ret = f"{self.mean_return():.1f}" if self.returns else "n/a"
+        several = len(self.policies) > 1  # then each policy's version is in its own part, at the end
+        version = f"policies' lag {lag:.1f}" if several else f"policy v{self.policy_version} lag {lag:.1f}"
         line = (f"[{self.elapsed():6.1f}s] frames {self.frames:,} | fps {self.fps():,.0f} | "
                 f"return {ret} (last {len(self.returns)} of {self.num_episodes} episodes) | "
-                f"policy v{self.policy_version} lag {lag:.1f} | trained {self.samples_trained:,} | "
+                f"{version} | trained {self.samples_trained:,} | "
                 f"{self.bottleneck_hint()}" + (self.service_line() if self.service else "")
                 + (self.cluster.line() if self.cluster else ""))
-        if len(self.policies) > 1:
+        if several:
             means = [p.mean_return() for p in self.policies]
             line += " | per policy: " + ", ".join(
-                f"p{k} {'n/a' if m is None else f'{m:.1f}'} (v{p.version})"
+                f"policy {k} return {'n/a' if m is None else f'{m:.1f}'} at v{p.version}"
                 for k, (m, p) in enumerate(zip(means, self.policies)))
         return line
 

@@ -1,0 +1,37 @@
+"""What the console says: the model it built, the preset it applied, and which policy a figure belongs to."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from algo.model import ActorCritic, layer_summary
+from algo.model_spec import ModelSpec
+from sf_core.cli.train import preset_line
+from sf_core.run.stats import TrainingStats
+
+
+def test_the_start_up_line_names_the_models_layers():
+    mlp = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), ModelSpec(encoder_mlp_layers=(64, 64)))
+    assert layer_summary(mlp) == "linear 4→64, linear 64→64, action 64→2, value 64→1"
+    conv = ActorCritic(gym.spaces.Box(0, 255, (4, 84, 84), dtype="uint8"), gym.spaces.Discrete(6),
+                       ModelSpec(use_rnn=True, encoder_conv_architecture="convnet_atari"))
+    assert layer_summary(conv) == ("conv 4→32 8×8, conv 32→64 4×4, conv 64→64 3×3, linear 3136→512, "
+                                   "grucell 512→128, action 128→6, value 128→1")
+
+
+def test_a_preset_not_verified_here_says_so():
+    assert preset_line("CartPole-v1") == "applied preset for CartPole-v1 (flags you pass override it)"
+    assert preset_line("Acrobot-v1").endswith("(flags you pass override it)")
+    for preset in ("atari_*", "HalfCheetah-v5"):
+        assert "not yet verified here" in preset_line(preset)
+
+
+def test_with_several_policies_every_version_is_named_by_its_policy():
+    stats = TrainingStats(window=10, num_policies=3)
+    stats.policies[1].version = 7
+    stats.policies[1].returns.append(12.5)
+    line = stats.console_line()
+    assert "policy v" not in line and "policies' lag" in line
+    assert "per policy: policy 0 return n/a at v0, policy 1 return 12.5 at v7, policy 2 return n/a at v0" in line
+    one = TrainingStats(window=10).console_line()
+    assert "policy v0 lag" in one and "per policy" not in one
