@@ -310,12 +310,12 @@ def print_summary(results: dict, args: argparse.Namespace, work_dir: str) -> Non
     for i, variant in enumerate(args.variant, 1):
         if r.get(f"training_variant_{i}_vs_sf") is not None:
             print(f"ours ({variant})/SF training frames/s: {r[f'training_variant_{i}_vs_sf']:.2f}")
-    print(f"\nresults: {args.output}; logs in {results['logs']}")
+    print(f"\nresults: {args.output}; logs in {results.get('logs', work_dir)}")
 
 
 def print_mode_summary(results: dict, args: argparse.Namespace, work_dir: str) -> None:
     """--sweep's or --scaling's table; the sweep's best point comes last, so it is the last line of output."""
-    print(f"results: {args.output}; logs in {results['logs']}")
+    print(f"results: {args.output}; logs in {results.get('logs', work_dir)}")
     if args.sweep:
         print("\n".join(sweep.report_lines(results.get("sweep", []), args.env)))
         return

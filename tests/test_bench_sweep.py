@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests import launch
-from tests.conftest import REPO
+from tests.conftest import REPO, extra
 
 SCRIPT = os.path.join(REPO, "scripts", "benchmark.py")
 if os.path.join(REPO, "scripts") not in sys.path:
@@ -247,6 +247,7 @@ def test_scaling_runs_each_worker_count_fewest_first(tmp_path, capsys):
 
 
 def test_plot_writes_a_png(tmp_path):
+    extra("matplotlib", "plot")
     points = [{"num_workers": n, "fps": fps, "status": "ok"} for n, fps in ((2, 900.0), (4, 1700.0), (8, 2100.0))]
     points.append({"num_workers": 16, "fps": None, "status": "failed"})
     path = tmp_path / "scaling.png"

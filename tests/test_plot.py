@@ -9,6 +9,9 @@ import pytest
 
 from sf_core.cli.plot import draw, main
 from sf_core.config import Config
+from tests.conftest import extra
+
+extra("matplotlib", "plot")
 
 
 def fake_run(train_dir, name: str, num_policies: int, policies_logged: int | None = None) -> None:
