@@ -65,7 +65,8 @@ TOOL_MODULES = ("sf_core.cli.enjoy", "sf_core.cli.evaluate", "sf_core.cli.export
 # Scripts whose command lines the docs quote. scripts/sf_launcher.py is left out: its flags are Sample Factory's.
 TOOL_SCRIPTS = ("scripts/benchmark.py", "scripts/bench_env_service.py", "scripts/bench_learner.py",
                 "scripts/bench_ray_calls.py", "scripts/bench_ray_return.py", "scripts/bench_sgd_step.py",
-                "scripts/gen_docs.py", "scripts/memory_soak.py", "scripts/visualize_dfg.py", "tests/ray_cluster.py")
+                "scripts/gen_docs.py", "scripts/memory_soak.py", "scripts/time_to_solve.py", "scripts/visualize_dfg.py",
+                "tests/ray_cluster.py")
 
 # Flags of other programs that the docs quote on purpose, by program. A flag of ours that a doc gets
 # wrong is fixed in the doc, never added here.
