@@ -83,6 +83,7 @@ class Component(EventLoopObject):
         super().__init__(event_loop, name)
         self.name = name
         self.clock = PhaseClock(name)
+        self.reports_timing = False  # set by report_timing()
         self.heartbeats = control.heartbeats if control is not None else None
         self.heartbeat_index = self.heartbeats.index(name) if self.heartbeats is not None else -1
         if self.heartbeats is not None:
@@ -124,7 +125,7 @@ class Component(EventLoopObject):
 
     def stop_loop(self) -> None:
         self.beat("stopped")
-        if getattr(self, "reports_timing", False):
+        if self.reports_timing:
             self.send_timing()
         self.event_loop.stop()
 
