@@ -170,17 +170,24 @@ def make_short_cartpole(name, cfg, ctx):
 register_env("ShortCartPole-v0", make_short_cartpole)
 '''
 
+def train_from_a_module(tmp_path, source: str, module: str, env: str, experiment: str, flags: list[str]) -> list[str]:
+    """Write `source` as `module`.py and train `env` from it with --env_module (one worker); returns the flags
+    that name the experiment's folder, for the commands that follow."""
+    (tmp_path / f"{module}.py").write_text(source)
+    where = [f"--train_dir={tmp_path / 'runs'}", f"--experiment={experiment}"]
+    trained = launch.run([f"--env={env}", f"--env_module={module}", *where, "--num_workers=1", *flags], timeout=120,
+                         cwd=str(tmp_path))
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    return where
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_one_flag_brings_a_users_env_to_every_command_line_tool(tmp_path):
     """--env_module: train a custom env from the command line (spawned workers find it too); enjoy and export
     import it again from config.json, with no flag; a module that cannot be imported is one line and exit 2."""
-    (tmp_path / "my_envs.py").write_text(MY_ENVS)
-    where = [f"--train_dir={tmp_path / 'runs'}", "--experiment=short"]
-    trained = launch.run(["--env=ShortCartPole-v0", "--env_module=my_envs", *where, "--train_for_env_steps=3000",
-                          "--num_workers=1", "--mp_start_method=spawn"], timeout=120, cwd=str(tmp_path))
-    assert trained.returncode == 0, trained.stderr[-3000:]
+    where = train_from_a_module(tmp_path, MY_ENVS, "my_envs", "ShortCartPole-v0", "short",
+                                ["--train_for_env_steps=3000", "--mp_start_method=spawn"])
     played = launch.run([*where, "--max_num_episodes=2"], timeout=60, module="sf_core.enjoy", cwd=str(tmp_path))
     assert played.returncode == 0, played.stderr[-3000:]
     results = json.loads((tmp_path / "runs" / "short" / "eval_results.json").read_text())
@@ -223,11 +230,8 @@ register_env("Coin-v0", lambda name, cfg, ctx: Coin())
 @pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_a_video_of_an_env_without_render_is_one_line_naming_render_mode(tmp_path):
-    (tmp_path / "coin_envs.py").write_text(NO_RENDER_ENV)
-    where = [f"--train_dir={tmp_path / 'runs'}", "--experiment=coin"]
-    trained = launch.run(["--env=Coin-v0", "--env_module=coin_envs", *where, "--train_for_env_steps=2000",
-                          "--num_workers=1", "--serial_mode=True"], timeout=120, cwd=str(tmp_path))
-    assert trained.returncode == 0, trained.stderr[-3000:]
+    where = train_from_a_module(tmp_path, NO_RENDER_ENV, "coin_envs", "Coin-v0", "coin",
+                                ["--train_for_env_steps=2000", "--serial_mode=True"])
     played = launch.run([*where, "--max_num_episodes=1", "--save_video"], timeout=60, module="sf_core.enjoy",
                         cwd=str(tmp_path))
     assert played.returncode == 2, played.stderr[-3000:]
