@@ -73,8 +73,8 @@ def test_kill_9_then_rerun_resumes_from_last_checkpoint(tmp_path):
     frames_at_kill = saved["runner"]["frames"]
     assert frames_at_kill > 0 and saved["version"] > 0
 
-    # enough for every env to finish an episode after the resume (its episode restarts with the envs): a
-    # solved CartPole's episodes last 500 steps, and 128 envs share these frames
+    # enough for every env to finish an episode after the resume (its episode restarts with the envs), even
+    # once CartPole is solved: its episodes then last 500 steps, and 128 envs share these frames
     target = frames_at_kill + 100000
     result = launch.run(args + [f"--train_for_env_steps={target}"], timeout=90)
     assert result.returncode == 0, result.stdout[-3000:]
