@@ -35,3 +35,23 @@ def test_with_several_policies_every_version_is_named_by_its_policy():
     assert "per policy: policy 0 return n/a at v0, policy 1 return 12.5 at v7, policy 2 return n/a at v0" in line
     one = TrainingStats(window=10).console_line()
     assert "policy v0 lag" in one and "per policy" not in one
+
+
+def test_the_log_follows_stdout_after_a_caller_swaps_and_closes_it(capsys):
+    import io
+    import sys
+
+    from sf_core.common.logs import log, setup_logging
+
+    swapped, original = io.StringIO(), sys.stdout
+    sys.stdout = swapped
+    try:
+        log.handlers.clear()  # as in a fresh process whose first training ran under a swapped stdout
+        setup_logging()
+        log.info("into the swapped stream")
+    finally:
+        sys.stdout = original
+    swapped.close()
+    log.info("after the swapped stream closed")
+    out, err = capsys.readouterr()
+    assert "after the swapped stream closed" in out and "Logging error" not in err

@@ -71,11 +71,16 @@ class Topology:
         """Wait up to `grace` seconds for every process to stop (the learner saves first), then kill what is
         left. A process with a stalled heartbeat is stuck in a slot (an env that never returns) and cannot
         stop: it is not waited for, but still outlives the others, so nothing it shares goes from under them."""
-        stuck = self.stuck_processes(heartbeat_timeout)
         deadline = time.time() + grace
-        for proc in self.processes:
-            if proc.is_alive() and proc.name not in stuck:
-                proc.join(timeout=max(0.0, deadline - time.time()))
+        stuck = self.stuck_processes(heartbeat_timeout)
+        # re-read the heartbeats while waiting: a worker whose env hung a moment after another's is found
+        # stuck within the grace period, not waited out
+        while time.time() < deadline:
+            waiting = [p for p in self.processes if p.is_alive() and p.name not in stuck]
+            if not waiting:
+                break
+            waiting[0].join(timeout=min(0.2, max(0.0, deadline - time.time())))
+            stuck = self.stuck_processes(heartbeat_timeout)
         for proc in self.processes:
             if proc.is_alive():  # components ignore SIGTERM (see component.configure_process): kill
                 if proc.name in stuck:
