@@ -17,8 +17,6 @@ import torch
 from algo import nodes as n
 from algo.graph import ModelSlot, Node
 from algo.params import LearningParams
-from sf_core.common.user_code import user_code
-from sf_core.config import Config, ConfigError, register_check
 
 
 @dataclass
@@ -26,6 +24,8 @@ class Algorithm:
     nodes: list[Node]
     # builds extra models from the learner's: name -> ModelSlot (e.g. a frozen reference policy)
     extra_models: Callable[[dict[str, ModelSlot]], dict[str, ModelSlot]] = field(default=lambda slots: {})
+    # where extra models run unless --model_devices says otherwise (name -> device; unnamed: the learner's)
+    devices: dict[str, str] = field(default_factory=dict)
 
 
 RECOMPUTE = Node("recompute", "inference", ("obs", "actions", "rnn_states", "episode_ends"),
@@ -91,31 +91,3 @@ def frozen_from_checkpoint(slot: ModelSlot, path: str, offload_device: str | Non
     state = torch.load(path, map_location="cpu", weights_only=True)
     frozen.module.load_state_dict(state["model"])
     return frozen
-
-
-AlgorithmBuilder = Callable[[LearningParams], Algorithm]
-_ALGORITHMS: dict[str, AlgorithmBuilder] = {"APPO": appo, "PPO": ppo, "REINFORCE": reinforce}
-
-
-def register_algorithm(name: str, builder: AlgorithmBuilder) -> None:
-    """Make `--algo=name` build its graph with `builder(params)`, in the learner's process (any callable:
-    a lambda or a notebook's function travels there by value)."""
-    _ALGORITHMS[name] = user_code(builder, f"the algorithm registered as {name!r}")
-
-
-def algorithm_builder(name: str) -> AlgorithmBuilder:
-    if name not in _ALGORITHMS:
-        raise ValueError(f"unknown --algo={name!r}; known: {', '.join(sorted(_ALGORITHMS))} "
-                         f"(register others with algo.algorithms.register_algorithm)")
-    return _ALGORITHMS[name]
-
-
-def known_algorithms() -> list[str]:
-    return sorted(_ALGORITHMS)
-
-
-@register_check
-def check_algo(cfg: Config) -> None:
-    if cfg.algo not in _ALGORITHMS:
-        raise ConfigError(f"unknown --algo={cfg.algo!r}; known: {', '.join(known_algorithms())} "
-                          f"(register others with algo.algorithms.register_algorithm)")

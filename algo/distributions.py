@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
-from torch.distributions import Normal
+from torch.distributions import Normal, kl_divergence
 
 
 class ActionHead(nn.Module):
@@ -33,6 +33,10 @@ class ActionDistribution:
     def mode(self) -> torch.Tensor: ...
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor: ...
     def entropy(self) -> torch.Tensor: ...
+
+    def kl_from(self, other: "ActionDistribution") -> torch.Tensor:
+        """KL(other ‖ self) per sample: how much `self` loses where `other` puts its mass (a teacher's)."""
+        ...
 
 
 class CategoricalDist(ActionDistribution):
@@ -68,6 +72,10 @@ class CategoricalDist(ActionDistribution):
     def entropy(self) -> torch.Tensor:
         return sum(-(lp.exp() * lp).sum(-1) for lp in self.log_probs)
 
+    def kl_from(self, other: ActionDistribution) -> torch.Tensor:
+        assert isinstance(other, CategoricalDist)
+        return sum((q.exp() * (q - p)).sum(-1) for p, q in zip(self.log_probs, other.log_probs))
+
 
 class GaussianDist(ActionDistribution):
     def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
@@ -84,6 +92,10 @@ class GaussianDist(ActionDistribution):
 
     def entropy(self) -> torch.Tensor:
         return self.normal.entropy().sum(-1)
+
+    def kl_from(self, other: ActionDistribution) -> torch.Tensor:
+        assert isinstance(other, GaussianDist)
+        return kl_divergence(other.normal, self.normal).sum(-1)
 
 
 class CategoricalHead(ActionHead):

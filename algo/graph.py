@@ -2,22 +2,22 @@
 
 A `Node` is one call on one model (or a pure computation): it reads `input_keys` from the batch
 dict and writes `output_keys` into it. `build_graph` infers edges from the keys (producer → consumer)
-and rejects graphs that cannot run. `GraphExecutor` runs a graph on each batch in dependency order.
+and rejects graphs that cannot run. `algo.executor.GraphExecutor` runs a graph on each batch in dependency
+order, each node on its device.
 
 Kinds:
 - `inference`: a forward pass without gradients (recompute values, a frozen reference policy);
 - `compute`:   a function of tensors only (targets, reward shaping);
 - `train_step`: forward + backward + optimizer step on a trainable model.
 
-Parameter versions: nodes run in topological order and every train_step of an iteration comes after
-the nodes that feed it, so the first call of a model in an iteration sees the weights left by its
-last train_step in the previous one.
+Parameter versions: nodes run in topological order, every train_step of an iteration comes after the
+nodes that feed it, and every other call of its model comes before it (`build_graph` adds those edges),
+so each call of a model sees the weights left by its last train_step in the previous iteration.
 """
 
 from __future__ import annotations
 
 import graphlib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
@@ -41,7 +41,7 @@ class Node:
     output_keys: tuple[str, ...]
     fn: NodeFn
     model: str | None = None  # e.g. "actor_critic", "ref_policy", "reward_model"; None for compute
-    device: str | None = None  # None: the model's device (or the learner's)
+    device: str | None = None  # where it runs and its inputs go; None: its model's device (or the learner's)
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -57,7 +57,7 @@ class ModelSlot:
     module: torch.nn.Module
     optimizer: torch.optim.Optimizer | None = None
     device: str = "cpu"
-    offload_device: str | None = None  # frozen models can wait on another device between calls
+    offload_device: str | None = None  # a frozen model waits there between iterations (algo/offload.py)
 
     @property
     def trainable(self) -> bool:
@@ -146,47 +146,17 @@ def build_graph(nodes: list[Node], inputs: tuple[str, ...] | set[str]) -> Datafl
             elif key not in inputs:
                 raise GraphError(f"node {node.name!r} needs key {key!r}, which no node produces and the batch "
                                  f"does not provide (batch keys: {sorted(inputs)})")
+    _order_calls_of_each_model(nodes, graph)
     graph.generations()  # a cycle fails here
     return graph
 
 
-class GraphExecutor:
-    """Runs a graph on batch dicts; nodes of one generation may run on threads at the same time."""
-
-    def __init__(self, graph: DataflowGraph, context: Context, concurrent: bool = False):
-        self.graph, self.context = graph, context
-        self.generations = graph.generations()
-        self.pool = ThreadPoolExecutor(max_workers=4) if concurrent else None
-
-    def run(self, batch: dict[str, Any]) -> dict[str, Any]:
-        data = dict(batch)
-        for generation in self.generations:
-            nodes = [self.graph.nodes[name]["node"] for name in generation]
-            if self.pool is not None and len(nodes) > 1:
-                results = list(self.pool.map(lambda n: self._call(n, data), nodes))
-            else:
-                results = [self._call(n, data) for n in nodes]
-            for out in results:
-                data.update(out)
-        return data
-
-    def _call(self, node: Node, data: dict[str, Any]) -> dict[str, Any]:
-        slot = self.context.models.get(node.model) if node.model else None
-        if slot is not None and slot.offload_device is not None:
-            slot.module.to(node.device or slot.device)
-        inputs = {key: data[key] for key in node.input_keys}
-        if node.kind == "inference":
-            with torch.no_grad():
-                out = node.fn(self.context, inputs)
-        else:
-            out = node.fn(self.context, inputs)
-        if slot is not None and slot.offload_device is not None:
-            slot.module.to(slot.offload_device)
-        missing = set(node.output_keys) - set(out)
-        if missing:
-            raise GraphError(f"node {node.name!r} did not produce {sorted(missing)}")
-        return {key: out[key] for key in node.output_keys}
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=False)
+def _order_calls_of_each_model(nodes: list[Node], graph: DataflowGraph) -> None:
+    """A model's weights are state the keys do not show: every call of a model that does not train it comes
+    before any train_step on it, so it sees the weights of the previous iteration, whatever the nodes' names
+    or the executor's overlap."""
+    for reader in nodes:
+        for trainer in nodes:
+            if (reader.model is not None and reader.model == trainer.model and reader.kind != "train_step"
+                    and trainer.kind == "train_step"):
+                graph.edges.setdefault((reader.name, trainer.name), {"key": f"(the weights of {reader.model})"})

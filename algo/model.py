@@ -113,6 +113,7 @@ class ActorCritic(nn.Module):
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, spec: ModelSpec):
         super().__init__()
         self.spec = spec
+        self.obs_space, self.action_space = obs_space, action_space  # another model of the same env (a teacher)
         self.preprocess = ObsPreprocessor(obs_space, spec.normalize_input)
         widths = self.preprocess.widths()
         self.actor = Branch(obs_space, widths, spec)

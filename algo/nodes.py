@@ -119,25 +119,32 @@ def monte_carlo_targets(ctx: Context, x: Inputs) -> Inputs:
 
 # 5. ------------------------------------------------------------------------------------------------
 def ppo_update(ctx: Context, x: Inputs) -> Inputs:
-    return {"train_stats": _minibatch_sgd(ctx, x, _ppo_policy_loss, ctx.params.num_epochs)}
+    return {"train_stats": minibatch_sgd(ctx, x, _ppo_policy_loss, ctx.params.num_epochs)}
 
 
 def policy_gradient_update(ctx: Context, x: Inputs) -> Inputs:
     """One pass, no ratio clipping: REINFORCE's −log π(a|s)·A."""
-    return {"train_stats": _minibatch_sgd(ctx, x, _pg_policy_loss, 1)}
+    return {"train_stats": minibatch_sgd(ctx, x, _pg_policy_loss, 1)}
 
 
-def _ppo_policy_loss(ctx: Context, log_prob, mb) -> torch.Tensor:
-    return ppo.policy_loss(log_prob, mb["log_prob"], mb["advantages"], ctx.params.ppo_clip_ratio, mb["mask"])
+# A policy loss: (context, the current policy's distribution, its log-probs of the actions, the minibatch)
+# -> (loss, any extra statistics to report, by name)
+PolicyLoss = Callable[[Context, Any, torch.Tensor, dict], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 
-def _pg_policy_loss(ctx: Context, log_prob, mb) -> torch.Tensor:
-    return -ppo.masked_mean(log_prob * mb["advantages"], mb["mask"])
+def _ppo_policy_loss(ctx: Context, dist, log_prob, mb) -> tuple[torch.Tensor, dict]:
+    return ppo.policy_loss(log_prob, mb["log_prob"], mb["advantages"], ctx.params.ppo_clip_ratio, mb["mask"]), {}
 
 
-def _minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn, epochs: int) -> dict[str, float]:
+def _pg_policy_loss(ctx: Context, dist, log_prob, mb) -> tuple[torch.Tensor, dict]:
+    return -ppo.masked_mean(log_prob * mb["advantages"], mb["mask"]), {}
+
+
+def minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn: PolicyLoss, epochs: int,
+                  extra_keys: tuple[str, ...] = ()) -> dict[str, float]:
     """Minibatches of whole sequences of --recurrence steps (of single samples for a feed-forward
-    model: sequences of length 1), each unrolled from the recurrent state recorded while acting."""
+    model: sequences of length 1), each unrolled from the recurrent state recorded while acting.
+    `extra_keys`: [T, N, ...] inputs the policy loss reads too (a teacher's action distribution)."""
     p, slot = ctx.params, ctx.models["actor_critic"]
     model = slot.module
     T, N = x["actions"].shape[:2]
@@ -154,12 +161,12 @@ def _minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn, epochs: int) -> dict
     sequences = {key: to_chunks(value, R) for key, value in {
         "obs": x["obs"][:-1], "actions": x["actions"], "log_prob": x["log_prob"], "advantages": x["advantages"],
         "targets": model.normalize_value(x["value_targets"]), "old_values": model.normalize_value(x["values"][:-1]),
-        "mask": mask, "resets": step_resets(x["episode_ends"]),
+        "mask": mask, "resets": step_resets(x["episode_ends"]), **{key: x[key] for key in extra_keys},
     }.items()}
     initial_states = x["rnn_states"][0:T:R].flatten(0, 1)
     count, per_minibatch = initial_states.shape[0], p.batch_size // R
     # summed on the model's device and read once: a read per step would make a GPU wait for every step
-    totals = torch.zeros(len(STEP_STATS), device=obs.device)
+    totals, names = None, STEP_STATS
     steps = 0
     for _ in range(epochs):
         # on the model's device: a host-side index would be copied over for every minibatch
@@ -168,10 +175,11 @@ def _minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn, epochs: int) -> dict
             idx = order[start:start + per_minibatch]
             mb = {key: value[:, idx] for key, value in sequences.items()}
             mb["initial_states"] = initial_states[idx]
-            totals += _sgd_step(ctx, mb, policy_loss_fn)
+            step_stats, names = _sgd_step(ctx, mb, policy_loss_fn)
+            totals = step_stats if totals is None else totals + step_stats
             steps += 1
             ctx.on_minibatch()
-    stats = dict(zip(STEP_STATS, (totals / max(1, steps)).tolist()))
+    stats = dict(zip(names, (totals / max(1, steps)).tolist())) if totals is not None else {}
     stats.update(value_mean=x["values"][:-1].mean().item(), target_mean=x["value_targets"].mean().item())
     return stats
 
@@ -187,8 +195,10 @@ def _any_learner(ctx: Context, flag: torch.Tensor) -> bool:
 STEP_STATS = ("loss", "policy_loss", "value_loss", "entropy", "kl", "clip_fraction", "grad_norm")
 
 
-def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn) -> torch.Tensor:
-    """One optimizer step on minibatch `mb`; returns its STEP_STATS as one tensor on the model's device."""
+def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn: PolicyLoss
+              ) -> tuple[torch.Tensor, tuple[str, ...]]:
+    """One optimizer step on minibatch `mb`; returns its STEP_STATS and the policy loss's extra statistics as
+    one tensor on the model's device, and their names."""
     p, slot = ctx.params, ctx.models["actor_critic"]
     model = slot.module
     with autocast(slot.device, p.mixed_precision):
@@ -205,7 +215,7 @@ def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn) -> torc
         std = ppo.masked_mean((adv - mean).pow(2), m).sqrt()
         mb = dict(mb, advantages=(adv - mean) / (std + 1e-8))
 
-    policy_loss = policy_loss_fn(ctx, log_prob, mb)
+    policy_loss, extra = policy_loss_fn(ctx, dist, log_prob, mb)
     value_loss = ppo.value_loss(values, mb["old_values"], mb["targets"], p.ppo_clip_value, mb["mask"])
     loss = policy_loss + p.value_loss_coeff * value_loss - p.exploration_loss_coeff * entropy
 
@@ -226,4 +236,5 @@ def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn) -> torc
         log_ratio = log_prob - mb["log_prob"]
         kl = ppo.approx_kl(log_prob, mb["log_prob"], mb["mask"])
         clip_fraction = ppo.masked_mean((log_ratio.exp() - 1).abs().gt(p.ppo_clip_ratio).float(), mb["mask"])
-        return torch.stack([loss, policy_loss, value_loss, entropy, kl, clip_fraction, grad_norm]).detach().float()
+        values = [loss, policy_loss, value_loss, entropy, kl, clip_fraction, grad_norm, *extra.values()]
+        return torch.stack(values).detach().float(), STEP_STATS + tuple(extra)

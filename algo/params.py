@@ -22,10 +22,18 @@ class LearningParams:
     max_grad_norm: float = default("max_grad_norm")
     normalize_advantage: bool = default("normalize_advantage")
     max_policy_lag: int = default("max_policy_lag")
+    rnd_int_coeff: float = default("rnd_int_coeff")
+    rnd_ext_coeff: float = default("rnd_ext_coeff")
+    rnd_gamma: float = default("rnd_gamma")
+    rnd_update_proportion: float = default("rnd_update_proportion")
+    rnd_learning_rate: float = default("rnd_learning_rate")
+    rnd_hidden: int = default("rnd_hidden")
     num_epochs: int = default("num_epochs")
     batch_size: int = default("batch_size")
     shuffle_minibatches: bool = default("shuffle_minibatches")
     mixed_precision: bool = default("mixed_precision")
+    teacher: str = default("teacher")
+    teacher_kl_coeff: float = default("teacher_kl_coeff")
     recurrence: int = 1  # steps the learner unrolls per sequence, resolved (Config.recurrence_length)
 
     @classmethod

@@ -1,5 +1,6 @@
 """Environment registry and integrations."""
 
+import envs.corridor  # noqa: F401  (registers sf_core/Corridor-v0 with gymnasium)
 import envs.memory  # noqa: F401  (registers sf_core/MemoryCue-v0 with gymnasium)
 from envs.registry import (
     EnvContext,

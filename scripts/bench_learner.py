@@ -21,8 +21,9 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from algo.algorithms import algorithm_builder  # noqa: E402
-from algo.graph import Context, GraphExecutor, ModelSlot, build_graph  # noqa: E402
+from algo.registry import algorithm_builder  # noqa: E402
+from algo.executor import GraphExecutor  # noqa: E402
+from algo.graph import Context, ModelSlot, build_graph  # noqa: E402
 from algo.model import ActorCritic, ModelSpec  # noqa: E402
 from algo.params import LearningParams  # noqa: E402
 from sf_core.config import Config  # noqa: E402

@@ -89,7 +89,7 @@ def main() -> int:
     B = cfg.batch_size
     obs = torch.from_numpy(np.stack([obs_space.sample() for _ in range(B)])).to(device)
     actions = torch.as_tensor(np.stack([action_space.sample() for _ in range(B)])).to(device)
-    # one minibatch as the learner's _minibatch_sgd hands it over: B sequences of length 1
+    # one minibatch as the learner's minibatch_sgd hands it over: B sequences of length 1
     minibatch = {"obs": obs[None], "actions": actions[None], "log_prob": torch.full((1, B), -1.0),
                  "advantages": torch.randn(1, B), "targets": torch.randn(1, B), "old_values": torch.zeros(1, B),
                  "mask": torch.ones(1, B), "resets": torch.zeros(1, B, dtype=torch.bool),

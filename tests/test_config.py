@@ -46,7 +46,7 @@ def test_bad_values_name_the_problem(argv, message):
 
 @pytest.mark.parametrize("flag, hint", [
     ("--num_worker=4", "--num_worker: did you mean --num_workers?"),
-    ("--lerning_rate=0.1", "did you mean --learning_rate?"),
+    ("--lerning_rate=0.1", "did you mean --learning_rate"),
     ("--n_envs=8", "--n_envs is another trainer's flag: here it is --num_workers and --num_envs_per_worker"),
     ("--total_timesteps=100000", "here it is --train_for_env_steps"),
     ("--n_steps=128", "here it is --rollout"),

@@ -64,9 +64,10 @@ TOOL_MODULES = ("sf_core.cli.enjoy", "sf_core.cli.evaluate", "sf_core.cli.export
                 "sf_core.cli.plot", "sf_core.cli.push_to_hub", "sf_core.cli.load_from_hub")
 # Scripts whose command lines the docs quote. scripts/sf_launcher.py is left out: its flags are Sample Factory's.
 TOOL_SCRIPTS = ("scripts/benchmark.py", "scripts/bench_env_service.py", "scripts/bench_learner.py",
-                "scripts/bench_ray_calls.py", "scripts/bench_ray_return.py", "scripts/bench_sgd_step.py",
-                "scripts/gen_docs.py", "scripts/memory_soak.py", "scripts/time_to_solve.py", "scripts/visualize_dfg.py",
-                "tests/ray_cluster.py")
+                "scripts/bench_graph_overlap.py", "scripts/bench_offload.py", "scripts/bench_ray_calls.py",
+                "scripts/bench_ray_return.py", "scripts/bench_sgd_step.py", "scripts/exploration_benchmark.py",
+                "scripts/gen_docs.py", "scripts/memory_soak.py", "scripts/teacher_benchmark.py",
+                "scripts/time_to_solve.py", "scripts/visualize_dfg.py", "tests/ray_cluster.py")
 
 # Flags of other programs that the docs quote on purpose, by program. A flag of ours that a doc gets
 # wrong is fixed in the doc, never added here.
@@ -143,7 +144,7 @@ def known_flags() -> set[str]:
 
 
 def resolves(dotted: str) -> bool:
-    """A module, or an attribute reached from the longest prefix that is one (algo.algorithms.register_algorithm)."""
+    """A module, or an attribute reached from the longest prefix that is one (algo.registry.register_algorithm)."""
     parts = dotted.split(".")
     try:
         for i in range(len(parts), 0, -1):

@@ -162,3 +162,25 @@ def test_the_learners_ceiling_is_measured_on_the_gpu():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "samples/s per epoch on cuda" in proc.stdout, proc.stdout
 
+
+
+def test_overlapped_graph_nodes_on_cuda_streams_give_the_sequential_results(tmp_path):
+    """scripts/bench_graph_overlap.py --device=cuda: two independent inference nodes, each on its own stream."""
+    out = tmp_path / "overlap.json"
+    proc = launch.run(["--device=cuda", "--repeats=5", f"--output={out}"], timeout=120,
+                      script="scripts/bench_graph_overlap.py")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert json.loads(out.read_text())["bit_identical"]
+
+
+def test_an_offloaded_models_copy_overlaps_the_node_before_it(tmp_path):
+    """scripts/bench_offload.py: a 512 MiB frozen model copied from pinned memory while the node before it computes;
+    most of the copy must hide behind that compute, and the outputs equal those of a model that stays put."""
+    out = tmp_path / "offload.json"
+    proc = launch.run(["--device=cuda", "--repeats=5", f"--output={out}"], timeout=180,
+                      script="scripts/bench_offload.py")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["same_outputs"], result
+    assert result["compute_ms"] > result["copy_ms"], f"the compute must be able to hide the copy: {result}"
+    assert result["copy_hidden_share"] >= 0.5, result

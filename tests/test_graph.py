@@ -5,8 +5,9 @@ import re
 import pytest
 import torch
 
-from algo.algorithms import algorithm_builder, known_algorithms
-from algo.graph import Context, GraphError, GraphExecutor, ModelSlot, Node, build_graph
+from algo.registry import algorithm_builder, known_algorithms
+from algo.executor import GraphExecutor
+from algo.graph import Context, GraphError, ModelSlot, Node, build_graph
 from algo.params import LearningParams
 from sf_core.contracts.sample import BATCH_KEYS
 from tests import launch
@@ -75,7 +76,7 @@ def test_independent_nodes_run_concurrently_with_same_results():
              node("c", ["a", "b"], ["c"], fn=lambda c, x: {"c": x["a"] * x["b"]})]
     g = build_graph(nodes, {"x"})
     serial = GraphExecutor(g, Context({}, None)).run({"x": torch.arange(4.0)})
-    parallel_executor = GraphExecutor(g, Context({}, None), concurrent=True)
+    parallel_executor = GraphExecutor(g, Context({}, None), overlap=True)
     parallel = parallel_executor.run({"x": torch.arange(4.0)})
     parallel_executor.close()
     assert [sorted(gen) for gen in parallel_executor.generations] == [["a", "b"], ["c"]]

@@ -13,7 +13,7 @@ import psutil
 import pytest
 import torch
 
-from algo.algorithms import algorithm_builder
+from algo.registry import algorithm_builder
 from algo.model import ActorCritic, ModelSpec
 from sf_core.cli.arguments import parse_args
 from sf_core.config import Config, ConfigError

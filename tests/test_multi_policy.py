@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from algo.algorithms import Algorithm, appo, register_algorithm
+from algo.algorithms import Algorithm, appo
+from algo.registry import register_algorithm
 from algo.graph import Node
 from envs.registry import EnvContext, register_env
 from sf_core.cli.arguments import parse_args

@@ -33,7 +33,7 @@ def step_context() -> tuple[Context, ActorCritic, dict[str, torch.Tensor]]:
 def test_a_step_returns_its_statistics_and_moves_the_weights():
     ctx, model, minibatch = step_context()
     before = [t.clone() for t in model.parameters()]
-    stats = dict(zip(STEP_STATS, _sgd_step(ctx, dict(minibatch), _ppo_policy_loss).tolist()))
+    stats = dict(zip(STEP_STATS, _sgd_step(ctx, dict(minibatch), _ppo_policy_loss)[0].tolist()))
     p = ctx.params
     assert stats["loss"] == pytest.approx(stats["policy_loss"] + p.value_loss_coeff * stats["value_loss"]
                                           - p.exploration_loss_coeff * stats["entropy"], rel=1e-5, abs=1e-6)

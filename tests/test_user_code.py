@@ -10,7 +10,8 @@ import gymnasium as gym
 import pytest
 
 from algo import custom_models
-from algo.algorithms import algorithm_builder, appo, register_algorithm
+from algo.algorithms import appo
+from algo.registry import algorithm_builder, register_algorithm
 from envs.registry import EnvContext, EnvRegistry
 from sf_core.common.user_code import UnsendableError, UserCode, user_code
 from sf_core.config import Config

@@ -132,7 +132,7 @@ def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = Non
     import_user_modules(args.env_module)  # before anything looks the env up
     typed = explicit_flags(parser, argv)
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(Config) if f.metadata.get("cli", True)}
-    preset_name, preset = preset_for(values["env"])
+    preset_name, preset = preset_for(values["env"], values["algo"])
     for key, value in preset.items():
         if key not in typed:
             values[key] = value
@@ -150,7 +150,8 @@ def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = Non
 
 
 # The modules whose flag checks Config.validate runs: each registers its own (sf_core.config.register_check)
-FLAG_CHECKS = ("algo.algorithms", "sf_core.cluster.flags", "sf_core.learning.group.flags", "sf_core.run.pbt",
+FLAG_CHECKS = ("algo.registry", "algo.teacher", "sf_core.cluster.flags",
+               "sf_core.learning.group.flags", "sf_core.run.pbt",
                "sf_core.service.endpoints")
 
 

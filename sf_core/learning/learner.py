@@ -22,10 +22,12 @@ import gymnasium as gym
 import torch
 
 from algo.adam import make_adam
-from algo.algorithms import AlgorithmBuilder
-from algo.graph import Context, GraphExecutor, ModelSlot, build_graph
+from algo.registry import AlgorithmBuilder
+from algo.executor import GraphExecutor
+from algo.graph import Context, ModelSlot, build_graph
 from algo.model import ActorCritic, ModelSpec
 from algo.params import LearningParams
+from algo.placement import place_models
 from sf_core.config import NUMERIC_LEARNING_FLAGS, Config
 from sf_core.contracts.buffers import DatasetBuffers, SharedWeights
 from sf_core.contracts.component import Component, guarded
@@ -87,10 +89,14 @@ class Trainer:
         params = self.learning_params()
         algorithm = self.algorithm_builder(params)
         self.models.update(algorithm.extra_models(self.models))
+        place_models(self.models, self.cfg, algorithm.devices)
+        if state is not None:
+            load_extra_models(self.models, state)
         self.link = link
         hooks = link.start_identical(model, optimizer) if link is not None else {}
         context = Context(self.models, params, on_minibatch=on_minibatch, policy_index=self.policy, **hooks)
-        self.executor = GraphExecutor(build_graph(algorithm.nodes, BATCH_KEYS), context)
+        self.executor = GraphExecutor(build_graph(algorithm.nodes, BATCH_KEYS), context,
+                                      overlap=self.cfg.overlap_graph_nodes, home=self.device)
         self.apply_hyperparams()
         return version
 
@@ -107,6 +113,11 @@ class Trainer:
         h = self.hyperparams
         for group in self.models["actor_critic"].optimizer.param_groups:
             group.update(lr=h["learning_rate"], eps=h["adam_eps"], betas=(h["adam_beta1"], h["adam_beta2"]))
+
+    def transfer_seconds(self) -> tuple[float, bool]:
+        """The offloaded models' copies since the last call (`GraphExecutor.take_transfer_seconds`)."""
+        assert self.executor is not None
+        return self.executor.take_transfer_seconds()
 
     def train(self, dataset: dict[str, torch.Tensor] | None, lr: float, version: int) -> dict[str, float]:
         """One training iteration on `dataset` (in a learner group: on this rank's share of it; a rank elsewhere
@@ -125,6 +136,21 @@ class Trainer:
         # the graph's statistics are nested: a custom *_stats key cannot overwrite version or samples
         stats = {k: v for key, d in outputs.items() if key.endswith("_stats") for k, v in d.items()}
         return self.link.mean_stats(stats) if self.link is not None else stats
+
+
+def extra_models_state(models: dict[str, ModelSlot]) -> dict[str, dict]:
+    """The algorithm's other models (a trained RND predictor, its statistics; a frozen teacher), for a resume."""
+    return {name: {"model": slot.module.state_dict(),
+                   "optimizer": slot.optimizer.state_dict() if slot.optimizer is not None else None}
+            for name, slot in models.items() if name != "actor_critic"}
+
+
+def load_extra_models(models: dict[str, ModelSlot], state: dict) -> None:
+    for name, saved in state.get("extra_models", {}).items():
+        if name in models:  # a checkpoint of another algorithm may have others: they are not ours to load
+            models[name].module.load_state_dict(saved["model"])
+            if saved["optimizer"] is not None and models[name].optimizer is not None:
+                models[name].optimizer.load_state_dict(saved["optimizer"])
 
 
 class Learner(Component):
@@ -155,11 +181,18 @@ class Learner(Component):
     def on_start(self) -> None:
         state = checkpoint.load(self.resume_from, map_location=self.trainer.device) if self.resume_from else None
         self.link = self.group.join(0) if self.group is not None else None
-        self.version = self.trainer.build(self.weights, state, lambda: self.beat("training on a dataset"), self.link)
+        self.version = self.trainer.build(self.weights, state, self.after_sgd_step, self.link)
         self.clock.mark("model_ready")
         if state is not None:
             self.samples_trained = state["samples_trained"]
             checkpoint.restore_rng(state["rng"])
+
+    def after_sgd_step(self) -> None:
+        self.beat("training on a dataset")
+        if self.cfg.publish_every_sgd_step:  # each step's weights are a version of their own
+            self.version += 1
+            self.weights.publish(self.trainer.models["actor_critic"].module, self.version)
+            self.clock.count("weights_published")
 
     @guarded
     def save_checkpoint(self, runner_state: dict, is_best: bool) -> None:
@@ -177,6 +210,8 @@ class Learner(Component):
             "policy": self.policy,
             "rng": checkpoint.rng_state(),
             "runner": runner_state,
+            "extra_models": extra_models_state(self.trainer.models),
+            "config": dataclasses.asdict(self.cfg),  # the model's flags: another run can rebuild it (a teacher)
         }
         path = checkpoint.save(self.checkpoint_dir, state, self.cfg.keep_checkpoints, is_best)
         CHECKPOINT_SAVED.emit(self, path)
@@ -223,13 +258,19 @@ class Learner(Component):
             self._lose_group(exc)
             return
         trained = time.perf_counter()
-        self.clock.add("sgd", trained - started)
+        copied, synchronous = self.trainer.transfer_seconds()
+        if copied and synchronous:  # the offloaded models' copies held up the training: their own phase
+            self.clock.add("offload_copy", copied)
+        elif copied:  # on a side CUDA stream, beside the training: counted, not a share of the learner's time
+            self.clock.count("offload_copy_us", int(copied * 1e6))
+        self.clock.add("sgd", trained - started - (copied if synchronous else 0.0))
         self.clock.mark("first_sgd")
         # several policies: a dataset holds rows of other policies too (inactive here), which are not ours;
         # counted before the dataset goes back to the batcher, which refills it
         samples = dataset["rewards"].numel() if self.cfg.num_policies == 1 else int((~dataset["inactive"]).sum())
-        self.version += 1
-        self.weights.publish(self.trainer.models["actor_critic"].module, self.version)
+        if not self.cfg.publish_every_sgd_step:  # (otherwise the last step's weights are out already)
+            self.version += 1
+            self.weights.publish(self.trainer.models["actor_critic"].module, self.version)
         self.clock.add("publish_weights", time.perf_counter() - trained)
         self.clock.count("datasets")
         BATCH_CONSUMED.emit(self, index)

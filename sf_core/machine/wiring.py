@@ -24,7 +24,7 @@ from typing import Callable
 import gymnasium as gym
 import torch
 
-from algo.algorithms import algorithm_builder
+from algo.registry import algorithm_builder
 from algo.conv_encoders import conv_summaries
 from algo.model import ActorCritic, ModelSpec, layer_summary
 from envs.multi_agent import is_multi_agent, num_agents

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -20,9 +19,7 @@ def load_config(path: str) -> Config:
     if not os.path.exists(config_file):
         raise ConfigError(f"no experiment at {path} (config.json not found)")
     with open(config_file) as f:
-        saved = json.load(f)
-    known = {f.name for f in dataclasses.fields(Config)}
-    return Config(**{k: v for k, v in saved.items() if k in known})
+        return Config.from_dict(json.load(f))
 
 
 def write_eval_results(experiment_path: str, results: dict, cfg: Config, with_wandb: bool | None) -> None:

@@ -19,8 +19,9 @@ from dataclasses import replace
 import gymnasium as gym
 import torch
 
-from algo.algorithms import algorithm_builder
+from algo.registry import algorithm_builder
 from algo.graph import build_graph
+from algo.placement import check_placement
 from algo.params import LearningParams
 from envs.registry import EnvRegistry, registry_snapshot
 from sf_core.config import Config, ConfigError
@@ -92,7 +93,9 @@ class Runner(Component):
         if not self.serial:
             check_user_code(cfg, self.registry)
         # the algorithm's graph is checked here, so a broken one fails before any process starts
-        build_graph(algorithm_builder(cfg.algo)(LearningParams.from_config(cfg)).nodes, BATCH_KEYS)
+        algorithm = algorithm_builder(cfg.algo)(LearningParams.from_config(cfg))
+        build_graph(algorithm.nodes, BATCH_KEYS)
+        check_placement(cfg, algorithm.nodes, algorithm.devices)
         obs_space, action_space, agents_per_env = probe_spaces(cfg, self.registry, self.seed)
         self.marks.setdefault("env_probed", time.time())
         population = self.population

@@ -8,8 +8,8 @@ import re
 from sf_core.contracts.timing import OTHER, WAITING, TimingReport, process_started_at
 
 # phases in the order work flows; any other phase a component names follows them
-PHASE_ORDER = ("start_up", "env_step", "load_weights", "gather_to_device", "forward", "to_host", "scatter", "copy", "sgd",
-               "publish_weights", OTHER, WAITING)
+PHASE_ORDER = ("start_up", "env_step", "load_weights", "gather_to_device", "forward", "to_host", "scatter", "copy",
+               "offload_copy", "sgd", "publish_weights", OTHER, WAITING)
 KIND_ORDER = ("rollout_worker", "inference_worker", "batcher", "learner")
 MARK_ORDER = ("process_started", "loop_started", "envs_made", "model_on_device", "model_ready", "first_forward",
               "first_step", "first_sgd")

@@ -1,4 +1,4 @@
-"""Every command-line flag, defined once: type, default, group and help.
+"""Every command-line flag, defined once: type, default, group and help (re-exported by `sf_core.config`).
 
 The `Config` dataclass is the schema, with its validation; `sf_core/cli/arguments.py` turns it into the
 command line. Flag names follow Sample Factory 2 where the concept is the same, so existing command
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -96,8 +95,8 @@ class Config:
         "for new weights after each dataset (lag 0 when the dataset is a multiple of workers×envs×rollout).")
 
     # --- learning
-    algo: str = flag("APPO", "learning", "Algorithm graph: APPO, PPO, REINFORCE, or one registered with "
-                     "algo.algorithms.register_algorithm.")
+    algo: str = flag("APPO", "learning", "Algorithm graph: APPO, PPO, REINFORCE, APPO_TEACHER (--teacher), "
+                     "APPO_RND, or one registered with algo.registry.register_algorithm.")
     batch_size: int = flag(1024, "learning", "Minibatch size for SGD, in samples.")
     num_batches_per_epoch: int = flag(1, "learning", "Minibatches in one training iteration's dataset.")
     num_epochs: int = flag(1, "learning", "Passes over each dataset.")
@@ -123,11 +122,40 @@ class Config:
     max_grad_norm: float = flag(4.0, "learning", "Gradient norm clip; 0 disables.")
     normalize_advantage: bool = flag(True, "learning", "Normalize advantages per minibatch.")
     max_policy_lag: int = flag(1000, "learning", "Samples older than this many policy versions are not trained on.")
+    rnd_int_coeff: float = flag(1.0, "learning", "APPO_RND: weight of the intrinsic (curiosity) advantages in the "
+                                "policy's advantages.")
+    rnd_ext_coeff: float = flag(2.0, "learning", "APPO_RND: weight of the extrinsic (env reward) advantages.")
+    rnd_gamma: float = flag(0.99, "learning", "APPO_RND: discount of the intrinsic returns (non-episodic: they "
+                            "run on across episode ends).")
+    rnd_update_proportion: float = flag(0.25, "learning", "APPO_RND: fraction of each dataset's samples the RND "
+                                        "predictor trains on (a random draw per dataset).")
+    rnd_learning_rate: float = flag(1e-3, "learning", "APPO_RND: Adam learning rate of the RND predictor and the "
+                                    "intrinsic critic.")
+    rnd_hidden: int = flag(128, "learning", "APPO_RND: width of the two hidden layers of the RND target, predictor "
+                           "and intrinsic critic MLPs (the RND embedding is as wide).")
     shuffle_minibatches: bool = flag(True, "learning", "Shuffle samples across minibatches each epoch.")
     mixed_precision: bool = flag(
         False, "learning", "Model forward passes (inference and learner) and the backward under bfloat16 autocast "
         "(weights, optimizer, losses and sampling stay float32). SGD steps 2.2-2.5x faster on a CPU with AMX "
         "(scripts/bench_sgd_step.py); also for recent GPUs; slower where bf16 is emulated.")
+    overlap_graph_nodes: bool = flag(
+        False, "learning", "Run the algorithm graph's independent nodes at once: threads on a CPU, a CUDA stream "
+        "each on a GPU; results are those of running them one by one (docs/algorithms.md).")
+    model_devices: str = flag(
+        "", "learning", "Where the algorithm's other models run, as NAME=DEVICE pairs, comma-separated (e.g. "
+        "teacher=cuda:1,rnd_target=cpu); unnamed ones run where the algorithm places them (by default on --device).")
+    offload_models: str = flag(
+        "", "learning", "Comma-separated frozen models (e.g. teacher) kept in host memory between training "
+        "iterations and copied to their device ahead of their calls.")
+    publish_every_sgd_step: bool = flag(
+        False, "learning", "Send the weights to the inference workers after every SGD step, not once per dataset: "
+        "samples are acted on by fresher weights (lower policy lag). Policy versions then count SGD steps, and so "
+        "does --max_policy_lag.")
+    teacher: str = flag(
+        "", "learning", "--algo=APPO_TEACHER: a checkpoint of this project (a .pt file or an experiment folder, "
+        "whose best or latest checkpoint is taken) whose policy the student is pulled towards.")
+    teacher_kl_coeff: float = flag(
+        0.5, "learning", "--algo=APPO_TEACHER: weight of KL(teacher ‖ student) in the loss.")
     num_learners: int = flag(1, "learning", "Learner processes training one policy together (torch.distributed: "
                              "gloo on the CPU, NCCL with a GPU per rank): each trains on 1/N of every dataset in "
                              "minibatches of --batch_size / N; gradients are averaged, as one learner with the whole "
@@ -280,55 +308,10 @@ class Config:
         return self.num_envs_per_worker // self.worker_num_splits
 
     def validate(self) -> None:
-        if not self.env:
-            raise ConfigError("--env is required (a registered env name or a gymnasium id such as CartPole-v1)")
-        positive = ("num_workers", "num_envs_per_worker", "worker_num_splits", "policy_workers_per_policy",
-                    "num_policies", "num_learners", "rollout", "batch_size", "num_batches_per_epoch", "num_epochs",
-                    "torch_threads", "stats_window", "env_frameskip", "keep_checkpoints")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("learning_rate", "train_for_seconds", "heartbeat_timeout", "report_interval",
-                     "experiment_summaries_interval", "save_every_sec", "env_service_timeout",
-                     "env_service_recheck_interval", "env_service_down_timeout"):
-            value = getattr(self, name)
-            if not (value > 0 and math.isfinite(value)):
-                raise ConfigError(f"--{name} must be a positive number, got {value}")
-        if self.max_policy_lag < 0:
-            raise ConfigError(f"--max_policy_lag must be at least 0, got {self.max_policy_lag}")
-        if self.train_for_env_steps < 1:
-            raise ConfigError(f"--train_for_env_steps must be at least 1, got {self.train_for_env_steps}")
-        for name in ("gamma", "gae_lambda"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(f"--{name} must be in [0, 1], got {getattr(self, name)}")
-        if self.num_envs_per_worker % self.worker_num_splits != 0:
-            raise ConfigError(
-                f"--num_envs_per_worker={self.num_envs_per_worker} must be divisible by "
-                f"--worker_num_splits={self.worker_num_splits} (each split steps the same number of envs)"
-            )
-        if self.dataset_size() % self.rollout != 0:
-            raise ConfigError(
-                f"--batch_size × --num_batches_per_epoch = {self.batch_size} × {self.num_batches_per_epoch} = "
-                f"{self.dataset_size()} samples must be divisible by --rollout={self.rollout} "
-                f"(the learner trains on whole trajectories)"
-            )
-        self._validate_recurrence()
-        self._validate_policies()
-        for name in ("encoder_mlp_layers", "encoder_conv_mlp_layers", "decoder_mlp_layers"):
-            if any(size < 1 for size in getattr(self, name)):
-                raise ConfigError(f"--{name} must be positive sizes, got {getattr(self, name)}")
+        """Every registered check (sf_core/config/checks.py, then each feature's own): ConfigError on the first
+        flag value that cannot work."""
         for check in _CHECKS:
             check(self)
-
-    def _validate_recurrence(self) -> None:
-        if self.recurrence == 0 or self.recurrence < -1:
-            raise ConfigError(f"--recurrence must be -1 (automatic) or at least 1, got {self.recurrence}")
-        if self.rnn_size < 1:
-            raise ConfigError(f"--rnn_size must be at least 1, got {self.rnn_size}")
-        length = self.recurrence_length()
-        if self.rollout % length or self.batch_size % length:
-            raise ConfigError(f"--recurrence={length} must divide --rollout={self.rollout} and --batch_size="
-                              f"{self.batch_size}: the learner trains on whole sequences of that length")
 
     def policy_overrides(self) -> dict[int, dict[str, float]]:
         """--policy_hyperparams parsed: policy -> {flag: value}."""
@@ -356,22 +339,13 @@ class Config:
         values = self.policy_overrides().get(policy)
         return dataclasses.replace(self, **values) if values else self
 
-    def _validate_policies(self) -> None:
-        for k, values in self.policy_overrides().items():
-            policy = dataclasses.replace(self, **values)
-            for name in ("gamma", "gae_lambda"):
-                if not 0.0 <= getattr(policy, name) <= 1.0:
-                    raise ConfigError(f"--policy_hyperparams: policy {k}'s {name} must be in [0, 1], got "
-                                      f"{getattr(policy, name)}")
-            if not policy.learning_rate > 0:
-                raise ConfigError(f"--policy_hyperparams: policy {k}'s learning_rate must be positive, got "
-                                  f"{policy.learning_rate}")
-        if self.num_policies > 1 and not self.async_rl:
-            raise ConfigError("--async_rl=False trains one policy: with several, a trajectory slot holds rows of "
-                              "several policies and cannot wait for all of their learners; use --async_rl=True")
-
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> "Config":
+        """A saved config (config.json, a checkpoint's); flags this version no longer has are dropped."""
+        return cls(**{k: v for k, v in saved.items() if k in _FIELDS})
 
 
 # A feature checks its own flags: its module registers the check when imported, so this module imports no

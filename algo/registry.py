@@ -1,0 +1,40 @@
+"""The algorithms `--algo` picks from: the built-in ones, and those registered with `register_algorithm`."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from algo.algorithms import Algorithm, appo, ppo, reinforce
+from algo.params import LearningParams
+from algo.rnd import appo_rnd
+from algo.teacher import appo_teacher
+from sf_core.common.user_code import user_code
+from sf_core.config import Config, ConfigError, register_check
+
+AlgorithmBuilder = Callable[[LearningParams], Algorithm]
+_ALGORITHMS: dict[str, AlgorithmBuilder] = {"APPO": appo, "PPO": ppo, "REINFORCE": reinforce,
+                                            "APPO_TEACHER": appo_teacher, "APPO_RND": appo_rnd}
+
+
+def register_algorithm(name: str, builder: AlgorithmBuilder) -> None:
+    """Make `--algo=name` build its graph with `builder(params)`, in the learner's process (any callable:
+    a lambda or a notebook's function travels there by value)."""
+    _ALGORITHMS[name] = user_code(builder, f"the algorithm registered as {name!r}")
+
+
+def algorithm_builder(name: str) -> AlgorithmBuilder:
+    if name not in _ALGORITHMS:
+        raise ValueError(f"unknown --algo={name!r}; known: {', '.join(sorted(_ALGORITHMS))} "
+                         f"(register others with algo.registry.register_algorithm)")
+    return _ALGORITHMS[name]
+
+
+def known_algorithms() -> list[str]:
+    return sorted(_ALGORITHMS)
+
+
+@register_check
+def check_algo(cfg: Config) -> None:
+    if cfg.algo not in _ALGORITHMS:
+        raise ConfigError(f"unknown --algo={cfg.algo!r}; known: {', '.join(known_algorithms())} "
+                          f"(register others with algo.registry.register_algorithm)")

@@ -1,0 +1,74 @@
+"""The checks of the engine's own flags, registered first: ranges, divisibility, recurrence, policies. Each
+feature registers the checks of its own flags where it lives (sf_core/cli/arguments.py, FLAG_CHECKS)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from sf_core.config.schema import Config, ConfigError, register_check
+
+POSITIVE = ("num_workers", "num_envs_per_worker", "worker_num_splits", "policy_workers_per_policy", "num_policies",
+            "num_learners", "rollout", "batch_size", "num_batches_per_epoch", "num_epochs", "torch_threads",
+            "stats_window", "env_frameskip", "keep_checkpoints")
+POSITIVE_NUMBERS = ("learning_rate", "train_for_seconds", "heartbeat_timeout", "report_interval",
+                    "experiment_summaries_interval", "save_every_sec", "env_service_timeout",
+                    "env_service_recheck_interval", "env_service_down_timeout")
+
+
+@register_check
+def check_ranges(cfg: Config) -> None:
+    if not cfg.env:
+        raise ConfigError("--env is required (a registered env name or a gymnasium id such as CartPole-v1)")
+    for name in POSITIVE:
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"--{name} must be at least 1, got {getattr(cfg, name)}")
+    for name in POSITIVE_NUMBERS:
+        value = getattr(cfg, name)
+        if not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"--{name} must be a positive number, got {value}")
+    if cfg.max_policy_lag < 0:
+        raise ConfigError(f"--max_policy_lag must be at least 0, got {cfg.max_policy_lag}")
+    if cfg.train_for_env_steps < 1:
+        raise ConfigError(f"--train_for_env_steps must be at least 1, got {cfg.train_for_env_steps}")
+    for name in ("gamma", "gae_lambda"):
+        if not 0.0 <= getattr(cfg, name) <= 1.0:
+            raise ConfigError(f"--{name} must be in [0, 1], got {getattr(cfg, name)}")
+    for name in ("encoder_mlp_layers", "encoder_conv_mlp_layers", "decoder_mlp_layers"):
+        if any(size < 1 for size in getattr(cfg, name)):
+            raise ConfigError(f"--{name} must be positive sizes, got {getattr(cfg, name)}")
+
+
+@register_check
+def check_shapes(cfg: Config) -> None:
+    if cfg.num_envs_per_worker % cfg.worker_num_splits != 0:
+        raise ConfigError(f"--num_envs_per_worker={cfg.num_envs_per_worker} must be divisible by "
+                          f"--worker_num_splits={cfg.worker_num_splits} (each split steps the same number of envs)")
+    if cfg.dataset_size() % cfg.rollout != 0:
+        raise ConfigError(f"--batch_size × --num_batches_per_epoch = {cfg.batch_size} × {cfg.num_batches_per_epoch} = "
+                          f"{cfg.dataset_size()} samples must be divisible by --rollout={cfg.rollout} "
+                          f"(the learner trains on whole trajectories)")
+    if cfg.recurrence == 0 or cfg.recurrence < -1:
+        raise ConfigError(f"--recurrence must be -1 (automatic) or at least 1, got {cfg.recurrence}")
+    if cfg.rnn_size < 1:
+        raise ConfigError(f"--rnn_size must be at least 1, got {cfg.rnn_size}")
+    length = cfg.recurrence_length()
+    if cfg.rollout % length or cfg.batch_size % length:
+        raise ConfigError(f"--recurrence={length} must divide --rollout={cfg.rollout} and --batch_size="
+                          f"{cfg.batch_size}: the learner trains on whole sequences of that length")
+
+
+@register_check
+def check_policies(cfg: Config) -> None:
+    for k, values in cfg.policy_overrides().items():
+        policy = dataclasses.replace(cfg, **values)
+        for name in ("gamma", "gae_lambda"):
+            if not 0.0 <= getattr(policy, name) <= 1.0:
+                raise ConfigError(f"--policy_hyperparams: policy {k}'s {name} must be in [0, 1], got "
+                                  f"{getattr(policy, name)}")
+        if not policy.learning_rate > 0:
+            raise ConfigError(f"--policy_hyperparams: policy {k}'s learning_rate must be positive, got "
+                              f"{policy.learning_rate}")
+    if cfg.num_policies > 1 and not cfg.async_rl:
+        raise ConfigError("--async_rl=False trains one policy: with several, a trajectory slot holds rows of "
+                          "several policies and cannot wait for all of their learners; use --async_rl=True")

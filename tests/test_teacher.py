@@ -1,0 +1,77 @@
+"""APPO pulled towards a teacher (--algo=APPO_TEACHER), the teacher offloaded; weights published every SGD step."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from algo.graph import ModelSlot
+from algo.model import ActorCritic
+from algo.model_spec import ModelSpec
+from algo.teacher import load_teacher
+from sf_core.config import Config, ConfigError
+from sf_core.records import checkpoint
+from tests.helpers import train
+from tests.test_learning import solve_cartpole
+
+
+@pytest.mark.parametrize("teacher, message", [("", "needs --teacher=PATH"), ("missing.pt", "no such file"),
+                                              (".", "is a folder: name a checkpoint file in it")])
+def test_a_teacher_that_cannot_load_is_one_clear_error(teacher, message):
+    with pytest.raises(ConfigError, match=message):
+        Config(env="CartPole-v1", algo="APPO_TEACHER", teacher=teacher).validate()
+
+
+def test_the_teacher_keeps_its_own_architecture_and_must_fit_the_env(tmp_path):
+    import gymnasium as gym
+
+    box, two = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
+    wide = ActorCritic(box, two, ModelSpec(encoder_mlp_layers=(256,)))
+    path = str(tmp_path / "teacher.pt")
+    torch.save({"model": wide.state_dict(), "config": {"encoder_mlp_layers": [256], "env": "CartPole-v1"}}, path)
+    student = ModelSlot(ActorCritic(box, two, ModelSpec(encoder_mlp_layers=(32,))))
+    teacher = load_teacher(path, student).module
+    assert teacher.actor.encoder is not None and not any(p.requires_grad for p in teacher.parameters())
+    obs = torch.randn(3, 4)
+    torch.testing.assert_close(teacher(obs)[0], wide(obs)[0])
+    other_env = ModelSlot(ActorCritic(gym.spaces.Box(-1, 1, (6,)), two, ModelSpec()))
+    with pytest.raises(ConfigError, match="does not fit this env's observation and action spaces"):
+        load_teacher(path, other_env)
+
+
+def _scalars(train_dir, tag: str) -> list[float]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(train_dir / "exp" / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [event.value for event in acc.Scalars(tag)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(330)
+def test_a_student_of_a_cartpole_teacher_solves_it_while_its_kl_to_the_teacher_falls(tmp_path):
+    solve_cartpole(tmp_path / "teacher", "--seed=1", "--num_workers=2")
+    best = checkpoint.find_checkpoint(str(tmp_path / "teacher" / "exp"), "best")
+    summary = solve_cartpole(tmp_path / "student", "--algo=APPO_TEACHER", f"--teacher={best}", "--seed=2",
+                             "--num_workers=2", "--offload_models=teacher")
+    kl = _scalars(tmp_path / "student", "train/teacher_kl")
+    assert len(kl) >= 2 and kl[-1] < 0.5 * kl[0], kl
+    # the offloaded teacher's copy before each dataset shows in the learner's time
+    assert summary["time_accounting"]["learner"]["seconds"]["offload_copy"] > 0
+    assert os.path.exists(summary["last_checkpoint"])
+    saved = checkpoint.load(summary["last_checkpoint"])
+    assert "teacher" in saved["extra_models"] and saved["config"]["algo"] == "APPO_TEACHER"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_publishing_every_sgd_step_makes_each_step_a_version(tmp_path):
+    code, summary = train(tmp_path, "--env=CartPole-v1", "--num_workers=2", "--seed=3",
+                          "--train_for_env_steps=30000", "--publish_every_sgd_step=True", "--num_epochs=2",
+                          "--num_batches_per_epoch=4", "--batch_size=256", "--rollout=32")
+    assert code == 0, summary.get("error")
+    datasets = summary["samples_trained"] // (4 * 256)
+    assert datasets >= 10
+    assert summary["policy_version"] == datasets * 2 * 4  # every step of every dataset is a version
