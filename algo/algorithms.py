@@ -12,6 +12,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Callable
 
+import gymnasium as gym
 import torch
 
 from algo import nodes as n
@@ -26,6 +27,8 @@ class Algorithm:
     extra_models: Callable[[dict[str, ModelSlot]], dict[str, ModelSlot]] = field(default=lambda slots: {})
     # where extra models run unless --model_devices says otherwise (name -> device; unnamed: the learner's)
     devices: dict[str, str] = field(default_factory=dict)
+    # raises ConfigError for an env it cannot train on (its spaces), in the runner, before any process starts
+    check_spaces: Callable[[gym.Space, gym.Space], None] = field(default=lambda obs_space, action_space: None)
 
 
 RECOMPUTE = Node("recompute", "inference", ("obs", "actions", "rnn_states", "episode_ends"),

@@ -61,6 +61,8 @@ def appo_teacher(params: LearningParams, rewards_key: str = "rewards") -> Algori
              ppo_teacher_update, model="actor_critic"),
     ]
     algorithm.extra_models = lambda models: {"teacher": load_teacher(params.teacher, models["actor_critic"])}
+    algorithm.check_spaces = lambda obs_space, action_space: load_teacher(
+        params.teacher, ModelSlot(ActorCritic(obs_space, action_space, ModelSpec())))
     return algorithm
 
 

@@ -25,7 +25,7 @@ import numpy as np
 class CorridorEnv(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, length: int = 20, num_actions: int = 2, table_seed: int = 0, max_steps: int | None = None):
+    def __init__(self, length: int = 30, num_actions: int = 2, table_seed: int = 0, max_steps: int | None = None):
         if length < 1 or num_actions < 2:
             raise ValueError(f"Corridor: need length >= 1 and num_actions >= 2, got {length} and {num_actions}")
         self.length, self.num_actions = length, num_actions

@@ -55,7 +55,8 @@ def run_once(args: argparse.Namespace, algo: str, seed: int, train_dir: str) -> 
     reached = proc.returncode == 0 and summary.get("time_to_target") is not None
     return {"algo": algo, "seed": seed, "reached_goal": reached, "frames": summary.get("frames"),
             "frames_to_goal": summary.get("frames") if reached else None, "wall_seconds": round(wall, 1),
-            "mean_return": summary.get("mean_return"), "exit_code": proc.returncode, "command": shlex.join(command),
+            "mean_return": summary.get("mean_return"), "mean_length": summary.get("mean_length"),
+            "exit_code": proc.returncode, "command": shlex.join(command),
             **({} if proc.returncode == 0 else {"output_tail": (proc.stdout + proc.stderr)[-2000:]})}
 
 

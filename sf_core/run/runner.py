@@ -97,6 +97,7 @@ class Runner(Component):
         build_graph(algorithm.nodes, BATCH_KEYS)
         check_placement(cfg, algorithm.nodes, algorithm.devices)
         obs_space, action_space, agents_per_env = probe_spaces(cfg, self.registry, self.seed)
+        algorithm.check_spaces(obs_space, action_space)  # e.g. a teacher of another env: before any process
         self.marks.setdefault("env_probed", time.time())
         population = self.population
         population.check(agents_per_env)
