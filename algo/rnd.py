@@ -51,6 +51,7 @@ from algo.normalization import RunningMeanStd
 from algo.params import LearningParams
 from algo.ppo import masked_mean
 from algo.targets import discounted_cumsum, gae
+from sf_core.config import Config, ConfigError, register_check
 
 Inputs = dict[str, Any]
 OBS_CLIP = 5.0  # whitened observations are clipped to [-5, 5], as in the paper
@@ -117,17 +118,25 @@ class IntrinsicCritic(nn.Module):
         return self.net(self.obs_norm.normalize(obs.float())).squeeze(-1)
 
 
+def flat_obs_size(space: gym.Space) -> int:
+    """The width of a flat Box observation; a clear error for any other space (the networks are MLPs). The
+    runner asks this of the env's space before any process starts (`Algorithm.check_spaces`)."""
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        return int(space.shape[0])
+    raise ConfigError(f"--algo=APPO_RND supports flat Box observations only (its networks are MLPs); this env's "
+                      f"observation space is {space}")
+
+
+def check_spaces(obs_space: gym.Space, action_space: gym.Space) -> None:
+    flat_obs_size(obs_space)
+
+
 def observation_size(actor_critic: ActorCritic) -> int:
-    """The width of a flat Box observation; a clear error for any other space (the networks are MLPs)."""
+    """flat_obs_size of the space the actor-critic was built for."""
     preprocess = actor_critic.preprocess
     if preprocess.packed is None:
-        space = preprocess.fields[0].space
-        if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
-            return int(space.shape[0])
-    else:
-        space = "a Dict/Tuple space of " + ", ".join(f"{f.key}: {f.space}" for f in preprocess.fields)
-    raise ValueError(f"--algo=APPO_RND supports flat Box observations only (its networks are MLPs); this env's "
-                     f"observation space is {space}")
+        return flat_obs_size(preprocess.fields[0].space)
+    return flat_obs_size(gym.spaces.Dict({f.key: f.space for f in preprocess.fields}))  # a Dict/Tuple: refused
 
 
 def rnd_models(models: dict[str, ModelSlot], hidden: int) -> dict[str, ModelSlot]:
@@ -282,4 +291,18 @@ def appo_rnd(params: LearningParams) -> Algorithm:
         Node("intrinsic_critic_update", "train_step", ("obs", "intrinsic_values", "intrinsic_value_targets", "mask"),
              ("intrinsic_critic_stats",), intrinsic_critic_update, model="intrinsic_critic"),
     ]
-    return Algorithm(nodes, extra_models=lambda models: rnd_models(models, params.rnd_hidden))
+    return Algorithm(nodes, extra_models=lambda models: rnd_models(models, params.rnd_hidden),
+                     check_spaces=check_spaces)
+
+
+@register_check
+def check_rnd_flags(cfg: Config) -> None:
+    if cfg.algo != "APPO_RND":
+        return
+    if not 0.0 < cfg.rnd_update_proportion <= 1.0:
+        raise ConfigError(f"--rnd_update_proportion must be in (0, 1], got {cfg.rnd_update_proportion}")
+    if not 0.0 <= cfg.rnd_gamma <= 1.0:
+        raise ConfigError(f"--rnd_gamma must be in [0, 1], got {cfg.rnd_gamma}")
+    if not cfg.rnd_learning_rate > 0 or cfg.rnd_hidden < 1:
+        raise ConfigError(f"--rnd_learning_rate must be positive and --rnd_hidden at least 1, got "
+                          f"{cfg.rnd_learning_rate} and {cfg.rnd_hidden}")

@@ -7,7 +7,7 @@ differs from cell to cell, drawn once from a table seeded with `table_seed`, so 
 env of every worker) is the same corridor. The observation is the one-hot index of the current cell.
 
 Why it is hard: the only reward is at the end, and a policy that picks its actions at random reaches
-it with probability num_actions ** -length (2 ** -20, about one episode in a million, by default).
+it with probability num_actions ** -length (2 ** -30, about one episode in a billion, by default).
 Until it has seen that reward a policy-gradient method has nothing to learn from, so plain APPO keeps
 dying in the first cells. An exploration bonus for unfamiliar cells (RND: `--algo=APPO_RND`,
 `algo/rnd.py`) pays the agent for getting one cell further than before, and leads it to the goal.

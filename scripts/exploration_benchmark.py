@@ -1,6 +1,6 @@
 """Hard exploration: APPO against APPO_RND on the corridor (`sf_core/Corridor-v0`, envs/corridor.py), per seed.
 
-    python scripts/exploration_benchmark.py --seeds=1,2,3 --frames=3000000 --output=exploration_benchmark.json
+    python scripts/exploration_benchmark.py --seeds=1,2,3 --frames=1000000 --output=exploration_benchmark.json
 
 Each run is `python -m sf_core.train` with a fixed frame budget (--frames), stopping early once the mean
 return of the last --stats_window episodes reaches 0.9 (`--target_mean_return`): "reached the goal". Runs go
@@ -31,7 +31,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--algos", default="APPO,APPO_RND")
     p.add_argument("--seeds", default="1,2,3")
-    p.add_argument("--frames", type=int, default=3_000_000, help="--train_for_env_steps of every run")
+    p.add_argument("--frames", type=int, default=1_000_000, help="--train_for_env_steps of every run")
     p.add_argument("--limit", type=float, default=300.0, help="--train_for_seconds of every run (a safety net)")
     p.add_argument("--extra", default="", help="more trainer flags, one string")
     p.add_argument("--output", default="exploration_benchmark.json")

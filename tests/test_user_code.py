@@ -62,10 +62,10 @@ def test_what_cannot_travel_even_by_value_is_named():
 
 
 def test_registered_model_parts_and_algorithms_are_checked_before_any_process_starts(monkeypatch):
-    from algo import algorithms
+    from algo import registry
 
     # registrations of this test only
-    monkeypatch.setattr(algorithms, "_ALGORITHMS", dict(algorithms._ALGORITHMS))
+    monkeypatch.setattr(registry, "_ALGORITHMS", dict(registry._ALGORITHMS))
     monkeypatch.setattr(custom_models, "_FACTORIES", {kind: {} for kind in custom_models.KINDS})
     lock = threading.Lock()
     custom_models.register_encoder("test_locked_encoder", lambda obs_space, spec: lock)
