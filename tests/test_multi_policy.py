@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from algo.algorithms import Algorithm, appo
-from algo.registry import register_algorithm
 from algo.graph import Node
+from algo.registry import register_algorithm
 from envs.registry import EnvContext, register_env
 from sf_core.cli.arguments import parse_args
 from sf_core.config import ConfigError

@@ -24,9 +24,9 @@ from typing import Callable
 import gymnasium as gym
 import torch
 
-from algo.registry import algorithm_builder
 from algo.conv_encoders import conv_summaries
 from algo.model import ActorCritic, ModelSpec, layer_summary
+from algo.registry import algorithm_builder
 from envs.multi_agent import is_multi_agent, num_agents
 from envs.registry import EnvContext, EnvRegistry
 from sf_core.common.user_code import UserCode

@@ -2,7 +2,8 @@
 
 A checkpoint is a dict of tensors and plain Python values, loadable with `torch.load(weights_only=True)`:
 model (state_dict, including normalisation statistics), optimizer, policy version, samples trained,
-learning rate, RNG states, and the runner's counters (env frames, episodes, best return).
+learning rate, RNG states, the runner's counters (env frames, episodes, best return), the algorithm's other
+models (`extra_models`) and the run's flags (`config`).
 """
 
 from __future__ import annotations

@@ -19,10 +19,10 @@ from dataclasses import replace
 import gymnasium as gym
 import torch
 
-from algo.registry import algorithm_builder
 from algo.graph import build_graph
-from algo.placement import check_placement
 from algo.params import LearningParams
+from algo.placement import check_placement
+from algo.registry import algorithm_builder
 from envs.registry import EnvRegistry, registry_snapshot
 from sf_core.config import Config, ConfigError
 from sf_core.contracts.component import (Component, ComponentError, Routing, guarded, reuse_freed_memory,
