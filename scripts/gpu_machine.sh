@@ -6,13 +6,14 @@
 #   there:   source scripts/gpu_machine.sh install    # our deps on PYTHONPATH; ./.sf_python runs Sample Factory
 #            bash scripts/gpu_machine.sh all           # everything below, shorter, in one device call
 #            bash scripts/gpu_machine.sh tests         # pytest -m gpu; then bench_pong, bench_cartpole, bench_scaling,
-#                                                      # bench_learner, each on its own with longer windows
+#                                                      # bench_learner, bench_graphs, each on its own
 #
 # One call of the device tool, with .whl carried: `source scripts/gpu_machine.sh install && bash
 # scripts/gpu_machine.sh all`; results land in $OUT. On an H200 with 16 cores (2026-11-26) its stages took,
 # with 3 s more per benchmark window than now: Pong's four phases 190 s, CartPole 512x512 against Sample
 # Factory 80 s, the learner's ceiling 20 s, the scaling run 110 s, and the GPU tests 210 s in a call of their
-# own; about 9.5 minutes together with today's windows, inside the tool's 10. A stage that would start past
+# own; about 9.5 minutes together with today's windows, inside the tool's 10 (the graphs stage, added since,
+# is not timed there yet: two short scripts). A stage that would start past
 # ALL_DEADLINE is skipped and named; it goes on past a stage that fails.
 #
 # The target machine's Python is 3.12 with torch, numpy 2, psutil, pytest, tensorboard and matplotlib already
@@ -83,6 +84,15 @@ bench_learner() {
     bench_learner_both 2>&1 | tee "$OUTDIR/learner.log"
 }
 
+bench_graphs_to() {  # graphs of several models (docs/algorithms.md): two nodes on CUDA streams; an offloaded copy
+    python3 scripts/bench_graph_overlap.py --device=cuda --output="$1/graph_overlap.json"
+    python3 scripts/bench_offload.py --device=cuda --output="$1/offload.json"
+}
+
+bench_graphs() {
+    bench_graphs_to "$OUTDIR" 2>&1 | tee "$OUTDIR/graphs.log"
+}
+
 # `all` writes its runs under $ALL_DIR and, after each stage, what the device tool brings back (at most 8 files)
 # into $OUTDIR: every stage's results JSON and log in one gpu_all.tar.gz, plus the summary files. A stage that
 # would start past ALL_DEADLINE seconds is skipped (and named), so the call ends inside the tool's 10 minutes.
@@ -109,6 +119,7 @@ all() {
         --seconds=12 --warmup=5 --num_workers="$CORES" --work_dir="$ALL_DIR/cartpole_runs" \
         --output="$ALL_DIR/cartpole_512.json"
     stage learner bench_learner_both
+    stage graphs bench_graphs_to "$ALL_DIR"
     stage scaling "${bench[@]}" --env=atari_pong --scaling=4,8,16 --plot="$ALL_DIR/gpu_scaling.png" --seconds=8 \
         --warmup=6 --work_dir="$ALL_DIR/scaling_runs" --output="$ALL_DIR/scaling.json"
     stage gpu_tests python3 -m pytest -m gpu tests -q -rs -p no:cacheprovider
@@ -126,8 +137,8 @@ bench_scaling() {
 case "${1:-}" in
     download) download ;;
     install) install ;;
-    all|tests|bench_pong|bench_cartpole|bench_scaling|bench_learner) mkdir -p "$OUTDIR"; "$1" ;;
+    all|tests|bench_pong|bench_cartpole|bench_scaling|bench_learner|bench_graphs) mkdir -p "$OUTDIR"; "$1" ;;
     *) echo "usage: bash scripts/gpu_machine.sh download | source scripts/gpu_machine.sh install |" \
-            "bash scripts/gpu_machine.sh all|tests|bench_pong|bench_cartpole|bench_scaling|bench_learner" >&2
+            "bash scripts/gpu_machine.sh all|tests|bench_pong|bench_cartpole|bench_scaling|bench_learner|bench_graphs" >&2
        return 2 2>/dev/null || exit 2 ;;  # sourced: return, so the caller's shell stays open
 esac
