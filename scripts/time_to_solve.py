@@ -53,6 +53,7 @@ def solve_once(repo: str, args: argparse.Namespace, seed: int, train_dir: str) -
     return {"seed": seed, "wall_seconds": round(wall, 2), "solved": solved, "exit_code": proc.returncode,
             "time_to_target_trainer_s": summary.get("time_to_target"), "frames": summary.get("frames"),
             "time_to_first_frame_trainer_s": summary.get("time_to_first_frame"),
+            "mean_return": summary.get("mean_return"), "mean_length": summary.get("mean_length"),
             "startup": summary.get("startup", {}).get("runner"), "command": shlex.join(command),
             **({} if solved else {"output_tail": (proc.stdout + proc.stderr)[-2000:]})}
 
