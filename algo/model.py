@@ -34,13 +34,14 @@ from algo.normalization import Gather, RunningMeanStd
 from algo.observations import is_structured
 
 
-def autocast(device, mixed_precision: bool):
+def autocast(device, mixed_precision: bool, cache: bool = True):
     """bfloat16 autocast for model calls when --mixed_precision (a no-op context otherwise); callers
-    convert what comes out back with .float() before losses and sampling."""
+    convert what comes out back with .float() before losses and sampling. `cache=False` inside a CUDA
+    graph's capture, which must not keep autocast's cast weights beyond it."""
     if not mixed_precision:  # a disabled torch.autocast still costs time per use, on every inference call
         return contextlib.nullcontext()
     device_type = "cuda" if str(device).startswith("cuda") else "cpu"
-    return torch.autocast(device_type, dtype=torch.bfloat16)
+    return torch.autocast(device_type, dtype=torch.bfloat16, cache_enabled=cache)
 
 
 def has_fast_bfloat16(device) -> bool:

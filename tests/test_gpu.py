@@ -184,3 +184,63 @@ def test_an_offloaded_models_copy_overlaps_the_node_before_it(tmp_path):
     assert result["same_outputs"], result
     assert result["compute_ms"] > result["copy_ms"], f"the compute must be able to hide the copy: {result}"
     assert result["copy_hidden_share"] >= 0.5, result
+
+
+@pytest.mark.parametrize("mixed_precision", [False, True], ids=["float32", "bf16"])
+def test_cuda_graphs_replay_the_eager_pass_at_every_batch_size_and_follow_new_weights(mixed_precision):
+    """--cuda_graphs: the inference worker's forward pass and sampling, replayed per batch-size bucket, give the
+    eager pass's distribution parameters, values and log-probs; weights and statistics loaded in place are seen."""
+    import gymnasium as gym
+
+    from algo.model import ActorCritic, ModelSpec, autocast, store_weights_in_bfloat16
+    from sf_core.config import Config
+    from sf_core.sampling.graphed_acting import GraphedActing
+
+    obs_space, action_space = gym.spaces.Box(-1, 1, (5,), np.float32), gym.spaces.Discrete(4)
+    spec = ModelSpec.from_config(Config(env="x"))
+
+    def make_model(seed: int) -> ActorCritic:
+        torch.manual_seed(seed)
+        model = ActorCritic(obs_space, action_space, spec).cuda().eval()
+        if mixed_precision:
+            store_weights_in_bfloat16(model)
+        return model
+
+    model = make_model(1)
+
+    @torch.no_grad()
+    def act(obs: torch.Tensor, graphed: bool = True) -> dict[str, torch.Tensor]:
+        with autocast("cuda", mixed_precision, cache=not graphed):
+            params, values = model(obs)
+        dist = model.distribution(params.float())
+        actions = dist.sample()
+        return {"actions": actions, "log_prob": dist.log_prob(actions), "params": params.float(),
+                "values": model.denormalize_value(values.float())}
+
+    def check(outputs: dict[str, torch.Tensor], obs: torch.Tensor) -> None:
+        eager = act(obs, graphed=False)
+        tolerance = {"rtol": 2e-2, "atol": 2e-2} if mixed_precision else {"rtol": 1e-5, "atol": 1e-5}
+        for key in ("params", "values"):
+            torch.testing.assert_close(outputs[key], eager[key], **tolerance, msg=key)
+        log_prob = model.distribution(outputs["params"]).log_prob(outputs["actions"])
+        torch.testing.assert_close(outputs["log_prob"], log_prob, rtol=1e-5, atol=1e-5)
+
+    graphed = GraphedActing(act, model, "cuda", min_rows=4)
+    for rows in (3, 4, 7, 20, 4):
+        obs = torch.randn(rows, 5, device="cuda")
+        outputs = graphed(obs)
+        assert outputs["actions"].shape == (rows,)
+        check({k: v.clone() for k, v in outputs.items()}, obs)
+    assert sorted(graphed.graphs) == [4, 8, 32]
+
+    other = make_model(2)  # new weights and return statistics, loaded in place as SharedWeights.load_into does
+    other.returns_norm.mean.fill_(3.0)
+    other.returns_norm.var.fill_(4.0)
+    model.load_state_dict(other.state_dict())
+    obs = torch.randn(7, 5, device="cuda")
+    check({k: v.clone() for k, v in graphed(obs).items()}, obs)
+    assert graphed(obs)["values"].abs().mean() > 1.0  # the new statistics denormalize the values
+
+    obs = torch.zeros(32, 5, device="cuda")  # fresh random draws on every replay, as eagerly
+    draws = torch.stack([graphed(obs)["actions"].clone() for _ in range(4)])
+    assert len({tuple(d.tolist()) for d in draws}) == 4

@@ -138,6 +138,13 @@ class Config:
         False, "learning", "Model forward passes (inference and learner) and the backward under bfloat16 autocast "
         "(weights, optimizer, losses and sampling stay float32). SGD steps 2.2-2.5x faster on a CPU with AMX "
         "(scripts/bench_sgd_step.py); also for recent GPUs; slower where bf16 is emulated.")
+    cuda_graphs: bool = flag(
+        True, "rollout", "On a GPU, inference workers replay their forward pass and sampling as CUDA graphs, one per "
+        "batch-size bucket (feed-forward policies; a recurrent core runs eagerly): one launch instead of dozens.")
+    cuda_sync: str = flag(
+        "spin", "rollout", "How an inference worker waits for its GPU: spin (a busy core, the fastest wake-up) or "
+        "yield (the driver sleeps, leaving the core to envs on a machine with a rollout worker per core).",
+        choices=("spin", "yield"))
     overlap_graph_nodes: bool = flag(
         False, "learning", "Run the algorithm graph's independent nodes at once: threads on a CPU, a CUDA stream "
         "each on a GPU; results are those of running them one by one (docs/algorithms.md).")

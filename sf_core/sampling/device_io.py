@@ -7,8 +7,8 @@ allocated once and grown when a larger batch comes:
     inputs   gathered from shared memory straight into a pinned buffer (one pass, `np.take` into it), then
              copied to the GPU with non_blocking=True: the host does not wait, and the copy runs at the
              bus's speed rather than through the driver's pageable bounce buffer;
-    outputs  every output copied into its pinned buffer with non_blocking=True, then one synchronize for
-             all of them, instead of a blocking `.cpu()` per output.
+    outputs  every output copied into its pinned buffer with non_blocking=True, then one wait for all of
+             them (an event after the copies), instead of a blocking `.cpu()` per output.
 
 A staging buffer is reused by the next forward pass, so what `to_host` returns must be consumed (written to
 the trajectory buffers) before the next `gather`: the inference worker does exactly that. `staged` and `pin`
@@ -22,8 +22,13 @@ import torch
 
 
 class DeviceIO:
-    def __init__(self, device: str | torch.device, staged: bool | None = None, pin: bool | None = None):
+    def __init__(self, device: str | torch.device, staged: bool | None = None, pin: bool | None = None,
+                 yield_while_waiting: bool = False):
         self.device = torch.device(device)
+        # waiting for the GPU: spin on a core (the fastest wake-up) or sleep in the driver, leaving the core
+        # to the envs of a machine where every core has a rollout worker
+        self.yield_while_waiting = yield_while_waiting
+        self.done: torch.cuda.Event | None = None
         self.staged = self.device.type != "cpu" if staged is None else staged
         self.pin = self.device.type == "cuda" if pin is None else pin
         self.buffers: dict[str, torch.Tensor] = {}
@@ -59,7 +64,10 @@ class DeviceIO:
             staging.copy_(t, non_blocking=True)
             host[name] = staging.numpy()
         if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()
+            if self.done is None:
+                self.done = torch.cuda.Event(blocking=self.yield_while_waiting)
+            self.done.record(torch.cuda.current_stream(self.device))
+            self.done.synchronize()
         return host
 
     def _staging(self, name: str, shape: tuple[int, ...], dtype: np.dtype | torch.dtype) -> torch.Tensor:

@@ -28,6 +28,7 @@ from sf_core.contracts.control import ControlBlock
 from sf_core.contracts.sample import RowOrigin, check_request
 from sf_core.contracts.signals import ADVANCE, FLUSH_REQUESTS, REPORT, InferenceReport, inference_worker_name
 from sf_core.sampling.device_io import DeviceIO
+from sf_core.sampling.graphed_acting import GraphedActing
 from signal_slot.signal_slot import EventLoop, Timer
 
 Request = tuple[int, int, int, int, int, bool]  # policy_request's payload (sf_core/contracts/signals.py)
@@ -109,7 +110,11 @@ class InferenceWorker(Component):
         self.version = self.weights.load_into(self.model)
         self.views = {key: t.numpy() for key, t in self.buffers.fields.items()}
         self.views["rnn_latest"] = self.buffers.rnn_latest.numpy()
-        self.io = DeviceIO(self.device)
+        self.io = DeviceIO(self.device, yield_while_waiting=self.cfg.cuda_sync == "yield")
+        self.graphs: GraphedActing | None = None
+        if self.cfg.cuda_graphs and torch.device(self.device).type == "cuda" and not self.policy.recurrent:
+            self.graphs = GraphedActing(lambda obs: self._sample(obs, graphed=True), self.policy, self.device,
+                                        min_rows=self.layout.rows_per_split if self.cfg.num_policies == 1 else 8)
         self.obs_row_shape = self.views["obs"].shape[3:]  # past [slot, row, env row]: one observation
         self.timer = Timer(self.event_loop, REPORT_INTERVAL_SEC, object_id=f"{self.name}_report_timer")
         self.timer.timeout.connect(self.send_report)
@@ -153,21 +158,17 @@ class InferenceWorker(Component):
         views, clock, started = self.views, self.clock, time.perf_counter()
         obs = self.io.gather("obs", views["obs"], rows.at, self.obs_row_shape)
         gathered = time.perf_counter()
-        state: dict[str, torch.Tensor] = {}
         if self.policy.recurrent:
-            params, values, state["rnn"], at_split = self._recurrent_step(obs, rows)
+            params, values, state, at_split = self._recurrent_step(obs, rows)
+            outputs = {**self._sample_from(params, values), "rnn": state}
         else:
-            with self.precision():
-                params, values = self.policy(obs)
-        params, values = params.float(), values.float()
-        dist = self.policy.distribution(params)
-        actions = dist.sample()
-        log_prob, values = dist.log_prob(actions), self.policy.denormalize_value(values)
+            outputs = self.graphs(obs) if self.graphs is not None else self._sample(obs)
         forwarded = time.perf_counter()
         # on a GPU the forward pass is queued, not run: its device time is the wait inside to_host
-        out = self.io.to_host({"actions": actions, "log_prob": log_prob, "values": values, **state})
+        out = self.io.to_host(outputs)
         returned = time.perf_counter()
-        if state:
+        actions = outputs["actions"]
+        if "rnn" in out:
             views["rnn_latest"][at_split] = out["rnn"].reshape(rows.lead + (-1,))
         views["actions"][rows.at] = out["actions"].reshape(rows.lead + tuple(actions.shape[1:]))
         views["log_prob"][rows.at] = out["log_prob"].reshape(rows.lead)
@@ -180,14 +181,26 @@ class InferenceWorker(Component):
         clock.count("batches")
         clock.count("rows", rows.count)
 
+    def _sample(self, obs: torch.Tensor, graphed: bool = False) -> dict[str, torch.Tensor]:
+        with self.precision(cache=not graphed):
+            params, values = self.policy(obs)
+        return self._sample_from(params, values)
+
+    def _sample_from(self, params: torch.Tensor, values: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Actions sampled from the policy's parameters, with their log-probs and the values in return units."""
+        dist = self.policy.distribution(params.float())
+        actions = dist.sample()
+        return {"actions": actions, "log_prob": dist.log_prob(actions),
+                "values": self.policy.denormalize_value(values.float())}
+
     @property
     def policy(self) -> ActorCritic:
         assert self.model is not None, "the model is built in on_start"
         return self.model
 
-    def precision(self):
+    def precision(self, cache: bool = True):
         """The policy runs in bfloat16 under --mixed_precision, as the learner's forward pass does."""
-        return autocast(self.device, self.cfg.mixed_precision)
+        return autocast(self.device, self.cfg.mixed_precision, cache)
 
     def _recurrent_step(self, obs: torch.Tensor, rows: "Rows"):
         """Forward with each row's state: zero after a reset, the recorded one for a carried row, else
