@@ -80,6 +80,36 @@ def test_training_env_episodic_life_clipped_rewards_whole_game_returns():
     env.close()
 
 
+def test_an_env_made_with_its_seed_loads_the_rom_once_and_plays_as_one_seeded_at_reset(monkeypatch):
+    """A worker's env is made with its seed (EnvContext.seed) and reset with it: ale-py's second ROM load (to
+    apply the seed) is skipped, and the game, sticky actions included, is the one a reset(seed) would give."""
+    from ale_py.env import AtariEnv
+
+    loads = []
+    original = AtariEnv.load_game
+    monkeypatch.setattr(AtariEnv, "load_game", lambda self: (loads.append(1), original(self))[1])
+
+    def frames(ctx: EnvContext | None, seed: int) -> np.ndarray:
+        env = make_env("atari_pong", Cfg(), ctx) if ctx else make_env("atari_pong", Cfg(), EnvContext(0, 0, None))
+        observations = [env.reset(seed=seed)[0]]
+        rng = np.random.default_rng(0)
+        for _ in range(200):
+            obs, _, terminated, truncated, _ = env.step(int(rng.integers(env.action_space.n)))
+            observations.append(env.reset()[0] if terminated or truncated else obs)
+        env.close()
+        return np.stack(observations)
+
+    seeded_at_reset = frames(None, seed=7)
+    assert len(loads) == 2  # made, then reloaded for the seed
+    loads.clear()
+    made_seeded = frames(EnvContext(0, 0, 7), seed=7)
+    assert len(loads) == 1
+    np.testing.assert_array_equal(made_seeded, seeded_at_reset)
+    loads.clear()
+    assert not np.array_equal(frames(EnvContext(0, 0, 7), seed=8), seeded_at_reset)  # another seed: reloaded
+    assert len(loads) == 2
+
+
 def test_evaluation_env_plays_whole_games_with_raw_rewards_and_renders():
     env = make_env("ALE/Breakout-v5", Cfg(), EnvContext(-1, 0, 2, render_mode="rgb_array", evaluation=True))
     env.reset(seed=2)

@@ -149,7 +149,7 @@ def test_every_boolean_argument_is_made_by_the_one_helper():
 
 
 def test_fork_with_a_gpu_is_refused_and_auto_takes_a_forkserver():
-    from sf_core.machine.wiring import start_method
+    from sf_core.machine.start_method import start_method
 
     with pytest.raises(ConfigError, match="--mp_start_method=fork with --device=cuda:1: a forked process cannot use"):
         start_method("fork", "cuda:1")

@@ -11,7 +11,7 @@ import argparse
 import dataclasses
 import difflib
 import importlib
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from sf_core.cli import import_user_modules
 from sf_core.config import GROUPS, Config, ConfigError
@@ -121,8 +121,10 @@ def explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[
     return set(vars(shadow))
 
 
-def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> tuple[Config, str | None]:
-    """Parse and validate; returns the config and the name of the preset applied (if any)."""
+def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = None,
+               parsed: Callable[[dict[str, Any]], None] | None = None) -> tuple[Config, str | None]:
+    """Parse and validate; returns the config and the name of the preset applied (if any). `parsed` sees the
+    flags' values (presets applied) before the checks, which import torch (seconds) to validate them."""
     from sf_core.machine.fit import check_device, fit, this_machine
     from sf_core.run.presets import preset_for
     from sf_core.service.endpoints import ServiceConfigError, apply_to_training, set_by_services
@@ -137,6 +139,8 @@ def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = Non
         if key not in typed:
             values[key] = value
     chosen = typed | set(preset) | set_by_services(values)
+    if parsed is not None:
+        parsed(values)
     check_device(values["device"])
     values["machine_fit"] = fit(values, chosen, this_machine(values["device"]))
     try:

@@ -12,9 +12,10 @@ from envs.registry import EnvNotFoundError
 from sf_core.cli import exit_process
 from sf_core.cli.arguments import build_parser, parse_args
 from sf_core.common import logs
+from sf_core.common.logs import quiet_signal_slot_logs
 from sf_core.config import ConfigError
-from sf_core.contracts.component import quiet_signal_slot_logs
 from sf_core.machine.fit import describe, this_machine
+from sf_core.machine.start_method import start_forkserver_early
 from sf_core.run.presets import VERIFIED
 
 log = logging.getLogger("sf_core")
@@ -45,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(description="Train an agent with asynchronous PPO (APPO).")
     try:
-        cfg, preset = parse_args(argv, parser)
+        cfg, preset = parse_args(argv, parser, parsed=start_forkserver_early)  # its imports overlap ours
     except ConfigError as exc:
         print(f"sf_core.train: error: {exc}", file=sys.stderr)
         return 2

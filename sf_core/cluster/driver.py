@@ -25,7 +25,8 @@ from sf_core.contracts.control import ControlBlock
 from sf_core.contracts.sample import SampleSpaces
 from sf_core.learning.group.link import plan_elsewhere
 from sf_core.learning.learner import Learner, learner_name
-from sf_core.machine.wiring import Setup, Topology, mp_context, start_method
+from sf_core.machine.start_method import mp_context, start_method
+from sf_core.machine.wiring import Setup, Topology
 
 INGEST = "shard_ingest"
 

@@ -32,8 +32,8 @@ from sf_core.config import Config
 from sf_core.contracts.component import Component, guarded
 from sf_core.contracts.signals import SHARD_TAKEN, STOP, Report
 from sf_core.machine.fit import refit_on_node
-from sf_core.machine.wiring import (DatasetSink, Setup, Topology, build_components, check_user_code, initial_model,
-                                    start_method)
+from sf_core.machine.start_method import start_method
+from sf_core.machine.wiring import DatasetSink, Setup, Topology, build_components, check_user_code, initial_model
 from sf_core.service.training import share_among_samplers
 from signal_slot.signal_slot import EventLoop, Timer
 
@@ -204,7 +204,7 @@ class Sampler:
 
 
 def sampler_start_method(requested: str) -> str:
-    """The machine's own rule (wiring.start_method), but no fork inside a Ray worker: it runs threads. Where
+    """The machine's own rule (start_method.start_method), but no fork inside a Ray worker: it runs threads. Where
     that rule forks, a forkserver instead (a fresh process that imports torch once and forks every component
     from there), not spawn (which imports it in each)."""
     method = start_method(requested, "cpu")

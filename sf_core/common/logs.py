@@ -30,3 +30,18 @@ def setup_logging() -> None:
         log.addHandler(handler)
         log.setLevel(logging.INFO)
         log.propagate = False
+
+
+def quiet_signal_slot_logs() -> None:
+    """The library logs slot exceptions itself; ours reach the runner with the component's name, so
+    those are dropped. Everything else it logs at ERROR (a full queue dropping a signal) stays."""
+    logger = logging.getLogger("signal_slot")
+    logger.setLevel(logging.ERROR)
+    if not any(isinstance(f, _SlotExceptionFilter) for f in logger.filters):
+        logger.addFilter(_SlotExceptionFilter())
+
+
+class _SlotExceptionFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return "nhandled exception" not in message

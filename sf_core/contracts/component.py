@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import faster_fifo
 import torch
-from sf_core.common.logs import setup_logging
+from sf_core.common.logs import quiet_signal_slot_logs, setup_logging
 from sf_core.contracts.control import ControlBlock
 from sf_core.contracts.signals import COMPONENT_ERROR, REPORT, RoutedSignal, Signal
 from sf_core.contracts.timing import PhaseClock
@@ -255,19 +255,6 @@ def reuse_freed_memory() -> None:
     mallopt(m_trim_threshold, 1 << 30)  # free memory at the heap's top is kept up to 1 GiB
 
 
-def quiet_signal_slot_logs() -> None:
-    """The library logs slot exceptions itself; ours reach the runner with the component's name, so
-    those are dropped. Everything else it logs at ERROR (a full queue dropping a signal) stays."""
-    logger = logging.getLogger("signal_slot")
-    logger.setLevel(logging.ERROR)
-    if not any(isinstance(f, _SlotExceptionFilter) for f in logger.filters):
-        logger.addFilter(_SlotExceptionFilter())
-
-
-class _SlotExceptionFilter(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return "nhandled exception" not in message
 
 
 class ComponentProcess(EventLoopProcess):

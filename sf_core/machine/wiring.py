@@ -39,6 +39,7 @@ from sf_core.contracts.sample import SampleSpaces
 from sf_core.learning.batcher import Batcher, batcher_name
 from sf_core.learning.group import followers, link
 from sf_core.learning.learner import Learner, learner_name
+from sf_core.machine.start_method import mp_context, start_method
 from sf_core.sampling import policy_mapping
 from sf_core.sampling.inference_worker import InferenceWorker
 from sf_core.sampling.rollout_worker import RolloutWorker
@@ -119,33 +120,6 @@ class DatasetSink:
 
     name: Callable[[int, int], str]  # (policy, num_policies) -> the component's name
     build: Callable[[EventLoop, DatasetBuffers, ControlBlock, int, int], Component]  # (loop, datasets, control, p, n)
-
-
-# What every component process imports: a forkserver imports it once, and each process forks from it
-FORKSERVER_PRELOAD = ["torch", "numpy", "gymnasium", "sf_core.sampling.rollout_worker",
-                      "sf_core.sampling.inference_worker", "sf_core.learning.batcher", "sf_core.learning.learner"]
-
-
-def start_method(requested: str, device: str) -> str:
-    if requested == "fork" and device.startswith("cuda"):
-        raise ConfigError(f"--mp_start_method=fork with --device={device}: a forked process cannot use CUDA once "
-                          f"its parent has; use --mp_start_method=forkserver (or auto, which picks it with a GPU)")
-    if requested != "auto":
-        return requested
-    if not sys.platform.startswith("linux"):
-        return "spawn"
-    # fork skips re-importing torch in every process (about 2 s on 2 cores); the runner keeps itself
-    # fork-safe: one torch thread before forking, no CUDA, no helper threads yet. With CUDA, a forkserver:
-    # a fresh process (no CUDA) that imports FORKSERVER_PRELOAD once, then forks each component
-    return "fork" if device == "cpu" else "forkserver"
-
-
-def mp_context(method: str):
-    """The multiprocessing context of `method`; a forkserver preloads what the components import."""
-    ctx = multiprocessing.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload(FORKSERVER_PRELOAD)  # only before the server's first start takes effect
-    return ctx
 
 
 def share_policy_processes(cfg: Config) -> bool:

@@ -71,14 +71,18 @@ class RolloutWorker(Component):
     def on_start(self) -> None:
         self._open_pool()
         kind = VectorEnvRunner if self.cfg.batched_sampling else NonBatchedEnvRunner
-        self.runners = [kind(self.cfg, self.worker, s, self.registry, self.buffers, self.layout, self.seed, self.pool,
-                             self.mapping) for s in range(self.layout.num_splits)]
+        self.runners = []
         if self.pool is not None:
             self.steppers = SplitSteppers(self, lambda split: self.runners[split], self.layout.num_splits)
         self.timer = Timer(self.event_loop, REPORT_INTERVAL_SEC, object_id=f"{self.name}_report_timer")
         self.timer.timeout.connect(self.send_report)
-        self.beat("resetting envs")
-        for s, runner in enumerate(self.runners):
+        # each split asks for its first actions as soon as its own envs are made and reset: the policy works on
+        # them while the next split's envs are made (an Atari env takes 0.2 s to make)
+        for s in range(self.layout.num_splits):
+            self.beat("resetting envs")
+            runner = kind(self.cfg, self.worker, s, self.registry, self.buffers, self.layout, self.seed, self.pool,
+                          self.mapping)
+            self.runners.append(runner)
             slot = runner.take_free_slot()
             try:
                 runner.reset(slot)
