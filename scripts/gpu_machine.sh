@@ -42,17 +42,84 @@ download() {
 }
 
 install() {
+    local pip=(python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade)
+    "${pip[@]}" --target /tmp/ours_site "$WHEELS"/ours/*.whl
+    "${pip[@]}" --target /tmp/sf_site "$WHEELS"/sf/*.whl
+    # ale-py 0.9 (the oldest with a wheel for Python 3.12, ROMs included) registers its envs when imported;
+    # gymnasium 0.29 never imports it, so every interpreter of Sample Factory's does at start
+    echo 'import importlib.util; importlib.util.find_spec("ale_py") and __import__("ale_py")' > /tmp/sf_site/sitecustomize.py
+    printf '#!/bin/sh\nPYTHONPATH=/tmp/sf_site exec python3 "$@"\n' > .sf_python && chmod +x .sf_python
+    export PYTHONPATH=/tmp/ours_site${PYTHONPATH:+:$PYTHONPATH}
+    python3 -c "import torch, gymnasium, numpy; print('ours: torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'gymnasium', gymnasium.__version__, 'numpy', numpy.__version__)"
+    ./.sf_python -c "import importlib.metadata as m, sample_factory, gymnasium, numpy, cv2; print('sample factory', m.version('sample-factory'), 'gymnasium', gymnasium.__version__, 'numpy', numpy.__version__)"
+}
+
+# The GPU runs of docs/gpu.md, each writing its log and results under $OUT (default ./gpu_out); after install.
+OUTDIR=${OUT:-gpu_out}
+CORES=$(nproc)
+
+tests() {
+    python3 -m pytest -m gpu tests -q -rs 2>&1 | tee "$OUTDIR/gpu_tests.log"
+}
+
+bench_pong() {
+    python3 scripts/benchmark.py --env=atari_pong --phases=raw,sampling,training,sf --seconds=30 --warmup=10 \
+        --num_workers="$CORES" --num_envs_per_worker=16 --extra="--device=cuda" --variant="--mixed_precision=True" \
+        --sf_python=./.sf_python --sf_module=sf_examples.atari.train_atari --output="$OUTDIR/pong.json" \
+        2>&1 | tee "$OUTDIR/pong.log"
+}
+
+bench_cartpole() {
+    python3 scripts/benchmark.py --env=CartPole-v1 --encoder_mlp_layers 512 512 --phases=training,sf --seconds=30 \
+        --warmup=10 --num_workers="$CORES" --extra="--device=cuda" --sf_python=./.sf_python \
+        --output="$OUTDIR/cartpole_512.json" 2>&1 | tee "$OUTDIR/cartpole_512.log"
+}
+
+bench_learner_both() {  # the learner's ceiling: SGD steps of Pong's model on synthetic data, float32 and bf16
+    python3 scripts/bench_sgd_step.py --env=atari_pong --device=cuda
+    python3 scripts/bench_sgd_step.py --env=atari_pong --device=cuda --mixed_precision
+}
+
+bench_learner() {
+    bench_learner_both 2>&1 | tee "$OUTDIR/learner.log"
+}
+
+bench_graphs_to() {  # graphs of several models (docs/algorithms.md): two nodes on CUDA streams; an offloaded copy
+    python3 scripts/bench_graph_overlap.py --device=cuda --output="$1/graph_overlap.json"
+    python3 scripts/bench_offload.py --device=cuda --output="$1/offload.json"
+}
+
+bench_graphs() {
+    bench_graphs_to "$OUTDIR" 2>&1 | tee "$OUTDIR/graphs.log"
+}
+
+# `all` writes its runs under $ALL_DIR and, after each stage, what the device tool brings back (at most 8 files)
+# into $OUTDIR: every stage's results JSON and log in one gpu_all.tar.gz, plus the summary files. A stage that
+# would start past ALL_DEADLINE seconds is skipped (and named), so the call ends inside the tool's 10 minutes.
+ALL_DIR=/tmp/gpu_all
+ALL_DEADLINE=${ALL_DEADLINE:-470}
+
+stage() {  # stage NAME COMMAND...: run it unless past the deadline; log under $ALL_DIR; pack what exists so far
+    local name=$1; shift
+    if (( SECONDS > ALL_DEADLINE )); then skipped+=("$name"); return; fi
+    echo "== $name (at ${SECONDS}s)" | tee -a "$ALL_DIR/all.txt"
+    "$@" 2>&1 | tee "$ALL_DIR/$name.log" || failed+=("$name")
+    cp -f "$ALL_DIR"/*.json "$ALL_DIR"/*.png "$OUTDIR"/ 2>/dev/null || true
+    tar czf "$OUTDIR/gpu_all.tar.gz" -C "$ALL_DIR" --exclude='*.pt' --exclude='*.pth' . 2>/dev/null || true
+}
+
+all() {
     failed=() skipped=()
     mkdir -p "$ALL_DIR"
     local bench=(python3 scripts/benchmark.py --extra="--device=cuda" --sf_python=./.sf_python)
     # the training phases again with each inference option off or changed, in the same run: --variant
-    local variants=(--variant="--cuda_graphs=False" --variant="--cuda_sync=yield")
+    local variants=(--variant="--cuda_graphs=False" --variant="--cuda_sync=spin")
     wanted gpu_tests && stage gpu_tests python3 -m pytest -m gpu tests -q -rs -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"}
     wanted pong && stage pong "${bench[@]}" --env=atari_pong --phases=raw,sampling,training,sf --seconds=12 --warmup=6 \
         --num_workers="$CORES" --num_envs_per_worker=16 --sf_module=sf_examples.atari.train_atari "${variants[@]}" \
         --work_dir="$ALL_DIR/pong_runs" --output="$ALL_DIR/pong.json"
     wanted cartpole_512 && stage cartpole_512 "${bench[@]}" --env=CartPole-v1 --encoder_mlp_layers 512 512 \
-        --phases=training,sf --seconds=12 --warmup=5 --num_workers="$CORES" --variant="--cuda_graphs=False" \
+        --phases=training,sf --seconds=12 --warmup=5 --num_workers="$CORES" "${variants[@]}" \
         --work_dir="$ALL_DIR/cartpole_runs" --output="$ALL_DIR/cartpole_512.json"
     wanted learner && stage learner bench_learner_both
     wanted graphs && stage graphs bench_graphs_to "$ALL_DIR"

@@ -74,7 +74,12 @@ class BufferLayout:
 
 
 def _shared(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    return torch.zeros(shape, dtype=dtype).share_memory_()
+    """Zeros in shared memory, made there: a new shared segment reads as zeros until written, so its pages are
+    touched by the processes that write them, in parallel. `torch.zeros(...).share_memory_()` zeroed private
+    memory and copied it over: 1.5 s for Pong's 0.9 GB of trajectory buffers here, against 0.2 s."""
+    numel = math.prod(shape)
+    storage = torch.UntypedStorage._new_shared(numel * dtype.itemsize)  # what torch.multiprocessing allocates with
+    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
 
 
 class TrajectoryBuffers:

@@ -16,7 +16,6 @@ import time
 from collections import deque
 
 import numpy as np
-import torch
 
 from sf_core.config import Config
 from sf_core.contracts.buffers import BufferLayout, DatasetBuffers, TrajectoryBuffers
@@ -86,16 +85,17 @@ class Batcher(Component):
                 BATCH_READY.emit(self, index)
 
     def _copy(self, index: int, fill: int, units: list[tuple[int, int]]) -> None:
-        """Trajectories `units` into columns fill.. of dataset `index`, time-major, one gather per field.
-        Rows another policy acted on are marked inactive: this policy's learner does not train on them."""
-        slots = torch.tensor([u[0] for u in units])
-        envs = torch.tensor([u[1] for u in units])
-        T, columns = self.layout.rollout, slice(fill, fill + len(units))
-        dataset = self.datasets[index]
-        for f in FIELDS:
-            source = self.buffers[f.name]
-            dataset[f.name][:, columns].copy_(source[slots, :f.rows(T), envs].transpose(0, 1))
+        """Trajectories `units` into columns fill.. of dataset `index`, time-major. Rows another policy acted on
+        are marked inactive: this policy's learner does not train on them."""
+        T, dataset = self.layout.rollout, self.datasets[index]
+        # one block copy per run of a slot's adjacent env rows (a whole slot, with one policy) and field: a
+        # gather with index tensors instead copied Pong's observations at 0.2 GB/s, 27x slower (docs/performance.md)
+        for column, slot, env, count in _runs(units, fill):
+            for f in FIELDS:
+                rows = f.rows(T)
+                dataset[f.name][:, column:column + count].copy_(self.buffers[f.name][slot, :rows, env:env + count])
         if self.eager:
+            columns = slice(fill, fill + len(units))
             dataset["inactive"][:, columns] |= dataset["policy_id"][:, columns] != self.policy
 
     def _release(self, index: int, units: list[tuple[int, int]]) -> None:
@@ -121,3 +121,15 @@ class Batcher(Component):
     @guarded
     def stop(self) -> None:
         self.stop_loop()
+
+
+def _runs(units: list[tuple[int, int]], first_column: int) -> list[tuple[int, int, int, int]]:
+    """(column, slot, first env row, count) for each run of units that are adjacent env rows of one slot."""
+    runs: list[tuple[int, int, int, int]] = []
+    for column, (slot, env) in enumerate(units, start=first_column):
+        if runs and runs[-1][1] == slot and runs[-1][2] + runs[-1][3] == env:
+            start, _, first_env, count = runs[-1]
+            runs[-1] = (start, slot, first_env, count + 1)
+        else:
+            runs.append((column, slot, env, 1))
+    return runs
