@@ -117,6 +117,7 @@ all() {
     wanted gpu_tests && stage gpu_tests python3 -m pytest -m gpu tests -q -rs -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"}
     wanted pong && stage pong "${bench[@]}" --env=atari_pong --phases=raw,sampling,training,sf --seconds=12 --warmup=6 \
         --num_workers="$CORES" --num_envs_per_worker=16 --sf_module=sf_examples.atari.train_atari "${variants[@]}" \
+        ${BASELINE_REPO:+--baseline_repo="$BASELINE_REPO"} \
         --work_dir="$ALL_DIR/pong_runs" --output="$ALL_DIR/pong.json"
     wanted cartpole_512 && stage cartpole_512 "${bench[@]}" --env=CartPole-v1 --encoder_mlp_layers 512 512 \
         --phases=training,sf --seconds=12 --warmup=5 --num_workers="$CORES" "${variants[@]}" \
@@ -131,7 +132,9 @@ all() {
     tar czf "$OUTDIR/gpu_all.tar.gz" -C "$ALL_DIR" --exclude='*.pt' --exclude='*.pth' .
 }
 
-wanted() {  # STAGES="pong gpu_tests" runs only those stages of `all` (default: every one)
+# STAGES="pong gpu_tests" runs only those stages of `all` (default: every one); BASELINE_REPO=DIR (a checkout of
+# another commit, carried) adds that commit's Pong training to the pong stage, measured in the same run
+wanted() {
     [[ -z "${STAGES:-}" || " $STAGES " == *" $1 "* ]]
 }
 
