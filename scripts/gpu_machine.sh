@@ -113,7 +113,7 @@ all() {
     mkdir -p "$ALL_DIR"
     local bench=(python3 scripts/benchmark.py --extra="--device=cuda" --sf_python=./.sf_python)
     # the training phases again with each inference option off or changed, in the same run: --variant
-    local variants=(--variant="--cuda_graphs=False" --variant="--cuda_sync=spin")
+    local variants=(--variant="--cuda_graphs=False" --variant="--cuda_sync=yield")
     wanted gpu_tests && stage gpu_tests python3 -m pytest -m gpu tests -q -rs -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"}
     wanted pong && stage pong "${bench[@]}" --env=atari_pong --phases=raw,sampling,training,sf --seconds=12 --warmup=6 \
         --num_workers="$CORES" --num_envs_per_worker=16 --sf_module=sf_examples.atari.train_atari "${variants[@]}" \

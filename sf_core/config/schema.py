@@ -142,8 +142,8 @@ class Config:
         True, "rollout", "On a GPU, inference workers replay their forward pass and sampling as CUDA graphs, one per "
         "batch-size bucket (feed-forward policies; a recurrent core runs eagerly): one launch instead of dozens.")
     cuda_sync: str = flag(
-        "yield", "rollout", "How an inference worker waits for its GPU: yield (the driver sleeps, leaving the core "
-        "to the envs of a machine with a rollout worker per core) or spin (a busy core, the fastest wake-up).",
+        "spin", "rollout", "How an inference worker waits for its GPU: spin (a busy core, the fastest wake-up) or "
+        "yield (the driver sleeps, leaving the core to envs). Pong on an H100: within run-to-run noise (docs/gpu.md).",
         choices=("spin", "yield"))
     overlap_graph_nodes: bool = flag(
         False, "learning", "Run the algorithm graph's independent nodes at once: threads on a CPU, a CUDA stream "
