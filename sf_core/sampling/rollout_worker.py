@@ -70,29 +70,37 @@ class RolloutWorker(Component):
     @guarded
     def on_start(self) -> None:
         self._open_pool()
-        kind = VectorEnvRunner if self.cfg.batched_sampling else NonBatchedEnvRunner
         self.runners = []
         if self.pool is not None:
             self.steppers = SplitSteppers(self, lambda split: self.runners[split], self.layout.num_splits)
         self.timer = Timer(self.event_loop, REPORT_INTERVAL_SEC, object_id=f"{self.name}_report_timer")
         self.timer.timeout.connect(self.send_report)
-        # each split asks for its first actions as soon as its own envs are made and reset: the policy works on
-        # them while the next split's envs are made (an Atari env takes 0.2 s to make)
-        for s in range(self.layout.num_splits):
+        self._make_splits()
+
+    def _make_splits(self) -> None:
+        """Make the next split's envs, reset them and ask for their actions; the split after it is made once this
+        worker has heard back (advance), so the first frames are stepped while later splits are made (an Atari
+        env takes 0.2 s to make). With --env_service all are made at once, and a split parked on a failed env slot
+        is passed over."""
+        kind = VectorEnvRunner if self.cfg.batched_sampling else NonBatchedEnvRunner
+        while len(self.runners) < self.layout.num_splits:
+            s = len(self.runners)
             self.beat("resetting envs")
-            runner = kind(self.cfg, self.worker, s, self.registry, self.buffers, self.layout, self.seed, self.pool,
-                          self.mapping)
-            self.runners.append(runner)
-            slot = runner.take_free_slot()
+            self.runners.append(kind(self.cfg, self.worker, s, self.registry, self.buffers, self.layout, self.seed,
+                                     self.pool, self.mapping))
+            slot = self.runners[s].take_free_slot()
             try:
-                runner.reset(slot)
+                self.runners[s].reset(slot)
             except EnvStepError as exc:
                 if not self._is_slot_failure(exc):
                     raise
                 self._park(s, exc)
                 continue
             self._request(s, RowOrigin.AFTER_RESET)
-        self.clock.mark("envs_made")
+            if self.pool is None:  # served splits step on threads of their own: those are all made up front
+                break
+        if len(self.runners) == self.layout.num_splits:
+            self.clock.mark("envs_made")
 
     def _open_pool(self) -> None:
         """--env_service: this worker's slots, and a timer that retries the splits parked on a failed one."""
@@ -150,6 +158,8 @@ class RolloutWorker(Component):
                     self._request(split, RowOrigin.CARRIED)
                     continue
             self._step(split)
+        if len(self.runners) < self.layout.num_splits:
+            self._make_splits()
 
     def _step(self, split: int) -> None:
         self.beat("stepping envs")

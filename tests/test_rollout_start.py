@@ -1,0 +1,44 @@
+"""How a rollout worker starts its splits (sf_core/sampling/rollout_worker.py)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from envs.registry import register_env
+from tests.helpers import train
+
+EVENTS: list[tuple[str, int]] = []  # (what, env index), in the order they happened: serial mode, one process
+
+
+class Recorded(gym.Wrapper):
+    def __init__(self, env: gym.Env, index: int):
+        super().__init__(env)
+        self.index, self.stepped = index, False
+
+    def step(self, action):
+        if not self.stepped:
+            EVENTS.append(("first step", self.index))
+            self.stepped = True
+        return self.env.step(action)
+
+
+def make_recorded(name, cfg, ctx) -> gym.Env:
+    EVENTS.append(("made", ctx.env_index))
+    return Recorded(gym.make("CartPole-v1"), ctx.env_index)
+
+
+register_env("RecordedCartPole-v1", make_recorded)
+
+
+def test_the_first_split_steps_before_the_next_splits_envs_are_made(tmp_path):
+    """The second split's envs are made after the first split's first step, so that step's frames need not wait
+    for every env of the worker (an Atari env takes 0.2 s to make)."""
+    EVENTS.clear()
+    code, summary = train(tmp_path, "--env=RecordedCartPole-v1", "--serial_mode=True", "--num_workers=1",
+                          "--num_envs_per_worker=4", "--worker_num_splits=2", "--train_for_env_steps=2000")
+    assert code == 0, summary.get("error")
+    made = [index for what, index in EVENTS if what == "made" and index >= 0]  # -1: the runner's probe
+    assert sorted(made) == [0, 1, 2, 3]
+    first_step = EVENTS.index(("first step", 0))
+    assert EVENTS.index(("made", 2)) > first_step and EVENTS.index(("made", 1)) < first_step
+    assert {index for what, index in EVENTS if what == "first step"} == {0, 1, 2, 3}
