@@ -131,10 +131,12 @@ def test_two_policies_and_pbt_on_two_nodes(tmp_path):
     own policy's learner, and PBT runs on the driver as on one machine. Policy 1 starts with a learning rate
     100x too small: until PBT replaces it, it stays far behind policy 0 as the nodes play it (which it could
     not if shards, hyperparameters or the weights sent to the nodes went to the wrong policy); then it takes
-    policy 0's weights and a good learning rate, and the nodes play it as well as policy 0."""
+    policy 0's weights and a good learning rate, and the nodes play it as well as policy 0. The run stops when
+    both policies reach the target: a fixed frame budget could end it inside one of the collapses PPO has now
+    and then on CartPole, which PBT copies to both policies."""
     result, summary = on_two_nodes(tmp_path, "--env=CartPole-v1", "--num_policies=2", "--num_workers=2",
-                                   "--serial_mode=True", "--train_for_env_steps=600000", "--seed=1",
-                                   "--policy_hyperparams", "1:learning_rate=3e-6", "--with_pbt",
+                                   "--serial_mode=True", "--train_for_env_steps=1500000", "--target_mean_return=450",
+                                   "--seed=1", "--policy_hyperparams", "1:learning_rate=3e-6", "--with_pbt",
                                    "--pbt_period_env_steps=50000", "--pbt_start_mutation=100000", timeout=200)
     assert result["exit_code"] == 0, result["output"][-3000:]
     cluster = summary["cluster"]
