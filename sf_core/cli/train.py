@@ -15,6 +15,7 @@ from sf_core.common import logs
 from sf_core.common.logs import quiet_signal_slot_logs
 from sf_core.config import ConfigError
 from sf_core.machine.fit import describe, this_machine
+from sf_core.machine.heap import collector_paused
 from sf_core.machine.start_method import start_forkserver_early
 from sf_core.run.presets import VERIFIED
 
@@ -45,20 +46,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(description="Train an agent with asynchronous PPO (APPO).")
-    try:
-        cfg, preset = parse_args(argv, parser, parsed=start_forkserver_early)  # its imports overlap ours
-    except ConfigError as exc:
-        print(f"sf_core.train: error: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
-    if preset:
-        log.info("%s", preset_line(preset))
-    if cfg.machine_fit:
-        where = "this machine" if not cfg.ray_address else "this machine; each cluster sampler refits its node"
-        log.info("%s", describe(cfg, this_machine(cfg.device), where))
+    with collector_paused():  # torch's import, from the flag checks on (sf_core/machine/heap.py)
+        try:
+            cfg, preset = parse_args(argv, parser, parsed=start_forkserver_early)  # its imports overlap ours
+        except ConfigError as exc:
+            print(f"sf_core.train: error: {exc}", file=sys.stderr)
+            return 2
+        except SystemExit as exc:  # --help
+            return int(exc.code or 0)
+        if preset:
+            log.info("%s", preset_line(preset))
+        if cfg.machine_fit:
+            where = "this machine" if not cfg.ray_address else "this machine; each cluster sampler refits its node"
+            log.info("%s", describe(cfg, this_machine(cfg.device), where))
 
-    from sf_core.run.runner import Runner
+        from sf_core.run.runner import Runner
 
     try:
         return Runner(cfg, launched=launched).run()

@@ -15,8 +15,7 @@ from typing import Any, Mapping
 from sf_core.config import ConfigError
 
 # What every component process imports: a forkserver imports it once, and each process forks from it
-FORKSERVER_PRELOAD = ["torch", "numpy", "gymnasium", "sf_core.sampling.rollout_worker",
-                      "sf_core.sampling.inference_worker", "sf_core.learning.batcher", "sf_core.learning.learner"]
+FORKSERVER_PRELOAD = ["sf_core.machine.forkserver_preload"]
 
 
 def start_method(requested: str, device: str) -> str:
