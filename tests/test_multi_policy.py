@@ -149,11 +149,12 @@ POPULATION = ("--env=CartPole-v1", "--num_policies=4", "--num_workers=2", "--tra
 @pytest.mark.slow
 @pytest.mark.timeout(360)
 def test_pbt_replaces_the_policies_with_a_bad_learning_rate_and_without_it_they_stay_behind(tmp_path):
-    """Two of four policies start with a learning rate 100x too small (--policy_hyperparams)."""
+    """Two of four policies start with a learning rate 100x too small (--policy_hyperparams). With PBT the run
+    stops when every policy's mean return reaches 450, which the bad two cannot without being replaced."""
     import json
 
     code, summary = train(tmp_path, *POPULATION, "--with_pbt", "--pbt_period_env_steps=50000",
-                          "--pbt_start_mutation=100000", experiment="pbt")
+                          "--pbt_start_mutation=100000", "--target_mean_return=450", experiment="pbt")
     assert code == 0, summary.get("error")
     with open(tmp_path / "pbt" / "pbt.jsonl") as f:
         events = [json.loads(line) for line in f]
@@ -166,8 +167,8 @@ def test_pbt_replaces_the_policies_with_a_bad_learning_rate_and_without_it_they_
     with_pbt = final_returns(tmp_path / "pbt")
     assert min(with_pbt) >= 0.9 * max(with_pbt), with_pbt
 
-    # without PBT, a good and a bad policy of the same per-policy budget (300k frames each): the bad one
-    # stays far behind (two policies, not four: the same evidence in half the frames)
+    # without PBT, a good and a bad policy of the PBT run's largest per-policy budget (300k frames each): the
+    # bad one stays far behind (two policies, not four: the same evidence in half the frames)
     code, summary = train(tmp_path, "--env=CartPole-v1", "--num_policies=2", "--num_workers=2",
                           "--train_for_env_steps=600000", "--policy_hyperparams", "1:learning_rate=3e-6",
                           "--seed=1", experiment="no_pbt")
