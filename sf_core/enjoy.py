@@ -1,7 +1,10 @@
 """`python -m sf_core.enjoy`: the entry point lives in sf_core/cli/enjoy.py."""
 
 from sf_core.cli import exit_process
-from sf_core.cli.enjoy import main
+from sf_core.machine.heap import collector_paused
+
+with collector_paused():  # torch's first import: sf_core/machine/heap.py
+    from sf_core.cli.enjoy import main
 
 __all__ = ["main"]
 

@@ -1,5 +1,5 @@
 """The command-line tools: `python -m sf_core.train|enjoy|evaluate|export|env_server|plot` and
-`python -m sf_core.huggingface.push_to_hub|load_from_hub`. Those entry modules are nine lines each and call a
+`python -m sf_core.huggingface.push_to_hub|load_from_hub`. Those entry modules are a few lines each and call a
 `main` here; nothing below this layer imports it (.importlinter)."""
 
 from __future__ import annotations
