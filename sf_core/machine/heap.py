@@ -1,10 +1,10 @@
 """The cyclic garbage collector during start-up.
 
 Importing torch makes hundreds of thousands of long-lived objects, and every collection the allocations
-trigger walks those made so far: about 0.3 s of a 2.5 s import on 2 cores (docs/performance.md, "Exiting
-and starting processes"). A process pauses the collector while it imports and builds what it keeps for
-its whole life, then freezes those objects, so later collections skip them too. Freezing before forking
-also keeps the collector from writing to pages a forked child shares with its parent.
+trigger walks those made so far (docs/performance.md, "Start-up without the garbage collector"). A process
+pauses the collector while it imports what it keeps for its whole life, then freezes those objects, so later
+collections skip them too. Freezing before forking also keeps the collector from writing to pages a forked
+child shares with its parent.
 
 Only a process's first import of torch is paused: a script that calls `sf_core.train.main` again, or has
 imported torch itself, has objects of its own alive, and freezing would keep any garbage among them forever.

@@ -74,8 +74,8 @@ class Experiment:
 
 
 class DeferredSummaryWriter:
-    """torch's SummaryWriter, made at its first use. Importing it takes 0.25 s on 2 cores, and a runner busy
-    importing while its components start hears of their first frames that much later."""
+    """torch's SummaryWriter, made at its first use: a runner that imports it while its components start hears
+    of their first frames that much later (docs/performance.md, "Start-up without the garbage collector")."""
 
     def __init__(self, **kwargs) -> None:
         self._kwargs, self._writer = kwargs, None
