@@ -15,12 +15,14 @@ import torch
 
 def discounted_cumsum(x: torch.Tensor, discounts: torch.Tensor) -> torch.Tensor:
     """y_t = x_t + discounts_t · y_{t+1} with y_T = 0, for x and discounts of shape [T, B]."""
-    y = torch.empty_like(x)
-    running = torch.zeros_like(x[0])
-    for t in range(x.shape[0] - 1, -1, -1):
-        running = torch.addcmul(x[t], discounts[t], running)
-        y[t] = running
-    return y
+    # one op per step: the rows are split and stacked once, not indexed and written per step (on a GPU each
+    # op is a kernel launch)
+    xs, ds = x.unbind(0), discounts.unbind(0)
+    running, ys = xs[-1], [xs[-1]]
+    for t in range(x.shape[0] - 2, -1, -1):
+        running = torch.addcmul(xs[t], ds[t], running)
+        ys.append(running)
+    return torch.stack(ys[::-1])
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, gamma: float, lam: float
