@@ -169,10 +169,10 @@ def test_pbt_replaces_the_policies_with_a_bad_learning_rate_and_without_it_they_
     assert summary["time_to_target"] is not None
     assert all(p["mean_return"] >= 450 for p in summary["policies"]), summary["policies"]
 
-    # without PBT, a good and a bad policy of the PBT run's largest per-policy budget (300k frames each): the
-    # bad one stays far behind (two policies, not four: the same evidence in half the frames)
+    # without PBT, a good and a bad policy of the PBT run's per-policy budget (about 150k frames each, a quarter
+    # of its frames): the bad one stays far behind (two policies, not four: the same evidence in half the frames)
     code, summary = train(tmp_path, "--env=CartPole-v1", "--num_policies=2", "--num_workers=2",
-                          "--train_for_env_steps=600000", "--policy_hyperparams", "1:learning_rate=3e-6",
+                          "--train_for_env_steps=300000", "--policy_hyperparams", "1:learning_rate=3e-6",
                           "--seed=1", experiment="no_pbt")
     assert code == 0, summary.get("error")
     good, bad = final_returns(tmp_path / "no_pbt")

@@ -255,8 +255,6 @@ def reuse_freed_memory() -> None:
     mallopt(m_trim_threshold, 1 << 30)  # free memory at the heap's top is kept up to 1 GiB
 
 
-
-
 class ComponentProcess(EventLoopProcess):
     """EventLoopProcess that reports a crash of its loop to the runner and watches its parent."""
 

@@ -39,9 +39,6 @@ class Heartbeats:
     def __getstate__(self) -> dict:
         return {"names": self.names, "table": self.table}  # the numpy view is made again where it is unpickled
 
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-
     @functools.cached_property
     def view(self):
         """The table as numpy, made once: `Tensor.numpy()` on every beat was 3 % of a rollout worker's time."""
