@@ -1,11 +1,19 @@
 from setuptools import find_packages, setup
 
+# Everything installed lives under the one namespace sf_core, so a user's own `algo.py` or `envs/` never
+# shadows ours: the repository's top-level folders algo/ and envs/ are the packages sf_core.algo and sf_core.envs.
+FOLDERS = {"sf_core.algo": "algo", "sf_core.envs": "envs"}
+PACKAGES = find_packages(include=["sf_core", "sf_core.*"]) + [
+    f"{package}{'.' + sub if sub else ''}" for package, folder in FOLDERS.items()
+    for sub in ["", *find_packages(folder)]]
+
 setup(
     name="sf_core",
     version="0.1.0",
     description="High-throughput asynchronous reinforcement learning (APPO) on signal/slot components",
     python_requires=">=3.11",
-    packages=find_packages(include=["sf_core", "sf_core.*", "algo", "algo.*", "envs", "envs.*"]),
+    packages=PACKAGES,
+    package_dir=FOLDERS,
     install_requires=[
         "torch>=2.1",
         "numpy>=1.24",

@@ -3,7 +3,7 @@
 An algorithm is a list of nodes plus, optionally, extra models it calls (a frozen reference policy,
 a reward model). The learner provides the trainable `actor_critic` and a batch whose keys are the
 sample fields (`sf_core/contracts/sample.py`: obs, actions, log_prob, behaviour_values, rewards, ...); everything
-else is produced by nodes. A builder takes the typed hyperparameters (`algo.params.LearningParams`).
+else is produced by nodes. A builder takes the typed hyperparameters (`sf_core.algo.params.LearningParams`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Callable
 import gymnasium as gym
 import torch
 
-from algo import nodes as n
-from algo.graph import ModelSlot, Node
-from algo.params import LearningParams
+from sf_core.algo import nodes as n
+from sf_core.algo.graph import ModelSlot, Node
+from sf_core.algo.params import LearningParams
 
 
 @dataclass

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Callable
 import torch
 from torch import nn
 
-from algo.activations import ACTIVATIONS
-from algo.mlp import mlp
+from sf_core.algo.activations import ACTIVATIONS
+from sf_core.algo.mlp import mlp
 
 if TYPE_CHECKING:
-    from algo.model_spec import ModelSpec
+    from sf_core.algo.model_spec import ModelSpec
 
 AUTO = "auto"
 SMALL_STRIDE_MIN_SIDE = 8  # a side this long or longer is halved by the next small-input conv

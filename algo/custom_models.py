@@ -1,6 +1,6 @@
 """Registering your own encoder, core or decoder from Python.
 
-    from algo.custom_models import register_encoder
+    from sf_core.algo.custom_models import register_encoder
 
     class MyEncoder(torch.nn.Module):
         def __init__(self, obs_space, spec):
@@ -18,7 +18,7 @@ Factories (a class or a function) take:
   core     (input_size, spec)        -> module(x, state) -> (y [B, out_features], new_state [B, state_size]),
                                         with attributes `out_features` and `state_size` (0: stateless)
   decoder  (input_size, spec)        -> module(x) -> [B, out_features]
-`spec` is the `algo.model.ModelSpec` (all model flags). Selected with `--encoder_custom`,
+`spec` is the `sf_core.algo.model.ModelSpec` (all model flags). Selected with `--encoder_custom`,
 `--core_custom`, `--decoder_custom`. The trainer resolves the name in the process that parses the
 flags and hands the factory itself to every component, so registering at the top of your training
 script (or in a notebook cell) is enough in every start method: a lambda, a closure or a class defined
@@ -60,5 +60,5 @@ def resolve(kind: str, name: str) -> Callable | None:
     if name not in _FACTORIES[kind]:
         known = ", ".join(sorted(_FACTORIES[kind])) or "none registered"
         raise ValueError(f"--{kind}_custom={name!r} is not a registered {kind} ({known}); "
-                         f"register it with algo.custom_models.register_{kind}() before training")
+                         f"register it with sf_core.algo.custom_models.register_{kind}() before training")
     return _FACTORIES[kind][name]

@@ -1,12 +1,12 @@
 """Observations -> features: preprocessing (unpacking, scaling, normalisation) and the encoders.
 
 `ObsPreprocessor` turns the stored observation tensor into one float tensor per field (see
-`algo.observations`): images channels first, uint8 images scaled by 1/255 and never normalized by
+`sf_core.algo.observations`): images channels first, uint8 images scaled by 1/255 and never normalized by
 running statistics (per-pixel statistics would make static background pixels explode), float images
 normalized by one scalar mean/std, vectors by per-element running statistics (`--normalize_input`),
 Discrete fields one-hot. It is shared by the actor's and the critic's encoders.
 
-`ObservationEncoder` gives every image field a conv encoder (`algo.conv_encoders`: the trunk that
+`ObservationEncoder` gives every image field a conv encoder (`sf_core.algo.conv_encoders`: the trunk that
 `--encoder_conv_architecture` picks for the image's size, then the `--encoder_conv_mlp_layers`),
 concatenates all other fields into one MLP (`--encoder_mlp_layers`), and concatenates the results.
 A Box observation is the one-field case.
@@ -19,10 +19,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from algo.conv_encoders import ConvEncoder
-from algo.mlp import mlp
-from algo.normalization import Gather, RunningMeanStd
-from algo.observations import ObsField, PackedObs, is_structured
+from sf_core.algo.conv_encoders import ConvEncoder
+from sf_core.algo.mlp import mlp
+from sf_core.algo.normalization import Gather, RunningMeanStd
+from sf_core.algo.observations import ObsField, PackedObs, is_structured
 
 
 def image_layout(shape: tuple[int, ...]) -> tuple[tuple[int, int, int], bool]:

@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from algo.graph import Context, DataflowGraph, GraphError, Node
-from algo.offload import OffloadedModel
+from sf_core.algo.graph import Context, DataflowGraph, GraphError, Node
+from sf_core.algo.offload import OffloadedModel
 
 
 class GraphExecutor:

@@ -2,7 +2,7 @@
 
 A `Node` is one call on one model (or a pure computation): it reads `input_keys` from the batch
 dict and writes `output_keys` into it. `build_graph` infers edges from the keys (producer → consumer)
-and rejects graphs that cannot run. `algo.executor.GraphExecutor` runs a graph on each batch in dependency
+and rejects graphs that cannot run. `sf_core.algo.executor.GraphExecutor` runs a graph on each batch in dependency
 order, each node on its device.
 
 Kinds:
@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from algo.normalization import Gather
+from sf_core.algo.normalization import Gather
 
 KINDS = ("inference", "compute", "train_step")
 NodeFn = Callable[["Context", dict[str, Any]], dict[str, Any]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from algo.activations import ACTIVATIONS
+from sf_core.algo.activations import ACTIVATIONS
 
 
 def mlp(in_features: int, layers: tuple[int, ...], activation: str) -> nn.Sequential:

@@ -1,6 +1,6 @@
 """Actor-critic model: observation -> preprocessing -> encoder -> [core] -> [decoder] -> heads.
 
-The parts (see `algo.encoders`, `algo.core`, and `algo.custom_models` for your own):
+The parts (see `sf_core.algo.encoders`, `sf_core.algo.core`, and `sf_core.algo.custom_models` for your own):
   preprocessing  unpack structured observations, scale images, normalize (shared by actor and critic)
   encoder        conv trunk per image field + MLP over vector fields
   core           optional GRU/LSTM (`--use_rnn`); its state is kept per env in shared memory
@@ -25,13 +25,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from algo.core import RecurrentCore
-from algo.distributions import ActionDistribution, make_action_head
-from algo.encoders import ObservationEncoder, ObsPreprocessor
-from algo.mlp import mlp
-from algo.model_spec import ModelSpec
-from algo.normalization import Gather, RunningMeanStd
-from algo.observations import is_structured
+from sf_core.algo.core import RecurrentCore
+from sf_core.algo.distributions import ActionDistribution, make_action_head
+from sf_core.algo.encoders import ObservationEncoder, ObsPreprocessor
+from sf_core.algo.mlp import mlp
+from sf_core.algo.model_spec import ModelSpec
+from sf_core.algo.normalization import Gather, RunningMeanStd
+from sf_core.algo.observations import is_structured
 
 
 def autocast(device, mixed_precision: bool, cache: bool = True):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from algo import custom_models
+from sf_core.algo import custom_models
 from sf_core.config import Config, default
 
 
@@ -27,7 +27,7 @@ class ModelSpec:
     rnn_type: str = default("rnn_type")
     rnn_size: int = default("rnn_size")
     decoder_mlp_layers: tuple[int, ...] = tuple(default("decoder_mlp_layers"))
-    # registered factories (algo.custom_models), resolved where the flags are parsed
+    # registered factories (sf_core.algo.custom_models), resolved where the flags are parsed
     encoder_factory: Callable | None = None
     core_factory: Callable | None = None
     decoder_factory: Callable | None = None

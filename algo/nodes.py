@@ -1,6 +1,6 @@
 """The node functions PPO, APPO and REINFORCE are built from, in the order they run.
 
-Each takes (context, inputs) and returns its outputs; `algo.algorithms` wires them into graphs.
+Each takes (context, inputs) and returns its outputs; `sf_core.algo.algorithms` wires them into graphs.
 Batch tensors are time-major: [T, N] per step, [T+1, N] for observations (last row: bootstrap).
   1. lag_mask          which samples are recent enough to train on (and real: not an inactive agent's)
   2. values            the behaviour policy's, or recomputed with the current model (and, for
@@ -16,10 +16,10 @@ from typing import Any, Callable
 
 import torch
 
-from algo import ppo
-from algo.graph import Context
-from algo.model import autocast
-from algo.targets import gae, vtrace
+from sf_core.algo import ppo
+from sf_core.algo.graph import Context
+from sf_core.algo.model import autocast
+from sf_core.algo.targets import gae, vtrace
 
 Inputs = dict[str, Any]
 

@@ -7,7 +7,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-# The same tensor from every learner of a group, in rank order (algo.graph.Context.gather)
+# The same tensor from every learner of a group, in rank order (sf_core.algo.graph.Context.gather)
 Gather = Callable[[torch.Tensor], list[torch.Tensor]]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from algo.graph import ModelSlot, Node
+from sf_core.algo.graph import ModelSlot, Node
 from sf_core.config import Config, ConfigError
 
 LEARNER_MODEL = "actor_critic"  # placed by --device, with the inference workers' copy

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from algo.algorithms import Algorithm, appo, ppo, reinforce
-from algo.params import LearningParams
-from algo.rnd import appo_rnd
-from algo.teacher import appo_teacher
+from sf_core.algo.algorithms import Algorithm, appo, ppo, reinforce
+from sf_core.algo.params import LearningParams
+from sf_core.algo.rnd import appo_rnd
+from sf_core.algo.teacher import appo_teacher
 from sf_core.common.user_code import user_code
 from sf_core.config import Config, ConfigError, register_check
 
@@ -25,7 +25,7 @@ def register_algorithm(name: str, builder: AlgorithmBuilder) -> None:
 def algorithm_builder(name: str) -> AlgorithmBuilder:
     if name not in _ALGORITHMS:
         raise ValueError(f"unknown --algo={name!r}; known: {', '.join(sorted(_ALGORITHMS))} "
-                         f"(register others with algo.registry.register_algorithm)")
+                         f"(register others with sf_core.algo.registry.register_algorithm)")
     return _ALGORITHMS[name]
 
 
@@ -37,4 +37,4 @@ def known_algorithms() -> list[str]:
 def check_algo(cfg: Config) -> None:
     if cfg.algo not in _ALGORITHMS:
         raise ConfigError(f"unknown --algo={cfg.algo!r}; known: {', '.join(known_algorithms())} "
-                          f"(register others with algo.registry.register_algorithm)")
+                          f"(register others with sf_core.algo.registry.register_algorithm)")

@@ -20,7 +20,7 @@ As in the paper (and CleanRL's ppo_rnd_envpool.py):
   novelty too fast.
 
 The graph, in the order it runs (the models it calls in brackets):
-  1. lag mask, extrinsic values, fold truncation      (algo.algorithms.common_nodes)
+  1. lag mask, extrinsic values, fold truncation      (sf_core.algo.algorithms.common_nodes)
   2. extrinsic_gae       the env reward's advantages and the value head's targets
   3. rnd_whiten          next observations whitened by the predictor's statistics      [rnd_predictor]
   4. rnd_target, rnd_predictor   the two embeddings: independent nodes of one generation [rnd_target],
@@ -42,15 +42,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from algo import nodes as n
-from algo.adam import make_adam
-from algo.algorithms import TARGET_INPUTS, UPDATE_INPUTS, Algorithm, common_nodes
-from algo.graph import Context, ModelSlot, Node
-from algo.model import ActorCritic
-from algo.normalization import RunningMeanStd
-from algo.params import LearningParams
-from algo.ppo import masked_mean
-from algo.targets import discounted_cumsum, gae
+from sf_core.algo import nodes as n
+from sf_core.algo.adam import make_adam
+from sf_core.algo.algorithms import TARGET_INPUTS, UPDATE_INPUTS, Algorithm, common_nodes
+from sf_core.algo.graph import Context, ModelSlot, Node
+from sf_core.algo.model import ActorCritic
+from sf_core.algo.normalization import RunningMeanStd
+from sf_core.algo.params import LearningParams
+from sf_core.algo.ppo import masked_mean
+from sf_core.algo.targets import discounted_cumsum, gae
 from sf_core.config import Config, ConfigError, register_check
 
 Inputs = dict[str, Any]

@@ -21,12 +21,12 @@ import os
 
 import torch
 
-from algo import nodes as n
-from algo.algorithms import UPDATE_INPUTS, Algorithm, appo
-from algo.graph import Context, ModelSlot, Node
-from algo.model import ActorCritic
-from algo.model_spec import ModelSpec
-from algo.params import LearningParams
+from sf_core.algo import nodes as n
+from sf_core.algo.algorithms import UPDATE_INPUTS, Algorithm, appo
+from sf_core.algo.graph import Context, ModelSlot, Node
+from sf_core.algo.model import ActorCritic
+from sf_core.algo.model_spec import ModelSpec
+from sf_core.algo.params import LearningParams
 from sf_core.config import Config, ConfigError, register_check
 
 Inputs = dict[str, torch.Tensor]

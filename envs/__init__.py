@@ -1,8 +1,8 @@
 """Environment registry and integrations."""
 
-import envs.corridor  # noqa: F401  (registers sf_core/Corridor-v0 with gymnasium)
-import envs.memory  # noqa: F401  (registers sf_core/MemoryCue-v0 with gymnasium)
-from envs.registry import (
+import sf_core.envs.corridor  # noqa: F401  (registers sf_core/Corridor-v0 with gymnasium)
+import sf_core.envs.memory  # noqa: F401  (registers sf_core/MemoryCue-v0 with gymnasium)
+from sf_core.envs.registry import (
     EnvContext,
     EnvRegistry,
     make_env,

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from envs.multi_agent import MultiAgentEnv
+from sf_core.envs.multi_agent import MultiAgentEnv
 
 if TYPE_CHECKING:
     from sf_core.config import Config

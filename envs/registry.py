@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import gymnasium as gym
 
-from envs.mujoco import is_mujoco_name, make_mujoco_env
-from envs.nim import make_nim
+from sf_core.envs.mujoco import is_mujoco_name, make_mujoco_env
+from sf_core.envs.nim import make_nim
 
 if TYPE_CHECKING:
     from sf_core.common.user_code import UserCode
@@ -75,7 +75,7 @@ class EnvRegistry:
         if name in self.factories:
             env = self.factories[name](name, cfg, ctx)
             if not isinstance(env, gym.Env):
-                hint = (" (a PettingZoo env: wrap it in envs.pettingzoo.PettingZooParallelEnv)"
+                hint = (" (a PettingZoo env: wrap it in sf_core.envs.pettingzoo.PettingZooParallelEnv)"
                         if hasattr(env, "possible_agents") else "")
                 raise ValueError(f"factory registered for {name!r} returned {type(env).__name__}, "
                                  f"not a gymnasium.Env{hint}")
@@ -114,7 +114,7 @@ def _make_atari(name: str, cfg: Config, ctx: EnvContext) -> gym.Env:
         raise EnvNotFoundError(
             f"env {name!r} is an Atari game, which needs ale-py ({exc}): pip install -e '.[atari]'"
         ) from None
-    from envs.atari import make_atari_env
+    from sf_core.envs.atari import make_atari_env
 
     try:
         return make_atari_env(name, cfg, ctx)
@@ -124,7 +124,7 @@ def _make_atari(name: str, cfg: Config, ctx: EnvContext) -> gym.Env:
 
 def _make_pettingzoo(name: str, cfg: Config, ctx: EnvContext) -> gym.Env:
     """`pettingzoo:<module>`: that module's parallel env, adapted by envs/pettingzoo.py."""
-    from envs.pettingzoo import make_pettingzoo_env
+    from sf_core.envs.pettingzoo import make_pettingzoo_env
 
     try:
         return make_pettingzoo_env(name, cfg, ctx)

@@ -21,8 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from algo.executor import GraphExecutor  # noqa: E402
-from algo.graph import Context, ModelSlot, Node, build_graph  # noqa: E402
+from sf_core.algo.executor import GraphExecutor  # noqa: E402
+from sf_core.algo.graph import Context, ModelSlot, Node, build_graph  # noqa: E402
 
 
 def mlp(width: int, depth: int) -> torch.nn.Module:

@@ -21,11 +21,11 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from algo.executor import GraphExecutor  # noqa: E402
-from algo.graph import Context, ModelSlot, build_graph  # noqa: E402
-from algo.model import ActorCritic, ModelSpec  # noqa: E402
-from algo.params import LearningParams  # noqa: E402
-from algo.registry import algorithm_builder  # noqa: E402
+from sf_core.algo.executor import GraphExecutor  # noqa: E402
+from sf_core.algo.graph import Context, ModelSlot, build_graph  # noqa: E402
+from sf_core.algo.model import ActorCritic, ModelSpec  # noqa: E402
+from sf_core.algo.params import LearningParams  # noqa: E402
+from sf_core.algo.registry import algorithm_builder  # noqa: E402
 from sf_core.config import Config  # noqa: E402
 from sf_core.contracts.sample import BATCH_KEYS, SampleSpaces, batch_tensors  # noqa: E402
 

@@ -28,11 +28,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from algo.graph import Context, ModelSlot  # noqa: E402
-from algo.model import ActorCritic, ModelSpec, autocast, store_weights_in_bfloat16  # noqa: E402
-from algo.nodes import _ppo_policy_loss, _sgd_step  # noqa: E402
-from algo.params import LearningParams  # noqa: E402
-from envs.registry import EnvContext, registry_snapshot  # noqa: E402
+from sf_core.algo.graph import Context, ModelSlot  # noqa: E402
+from sf_core.algo.model import ActorCritic, ModelSpec, autocast, store_weights_in_bfloat16  # noqa: E402
+from sf_core.algo.nodes import _ppo_policy_loss, _sgd_step  # noqa: E402
+from sf_core.algo.params import LearningParams  # noqa: E402
+from sf_core.envs.registry import EnvContext, registry_snapshot  # noqa: E402
 from sf_core.cli.arguments import add_bool_argument, parse_args  # noqa: E402
 from sf_core.contracts.component import reuse_freed_memory  # noqa: E402
 

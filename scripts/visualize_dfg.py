@@ -13,9 +13,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from algo.graph import build_graph  # noqa: E402
-from algo.params import LearningParams  # noqa: E402
-from algo.registry import algorithm_builder, known_algorithms  # noqa: E402
+from sf_core.algo.graph import build_graph  # noqa: E402
+from sf_core.algo.params import LearningParams  # noqa: E402
+from sf_core.algo.registry import algorithm_builder, known_algorithms  # noqa: E402
 from sf_core.cli.arguments import add_bool_argument  # noqa: E402
 from sf_core.config import Config  # noqa: E402
 from sf_core.contracts.sample import BATCH_KEYS  # noqa: E402

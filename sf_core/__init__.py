@@ -1,6 +1,6 @@
 """sf_core: high-throughput asynchronous RL training."""
 
-from envs.registry import EnvContext, register_env
+from sf_core.envs.registry import EnvContext, register_env
 from sf_core.evaluation.task_runners import register_task_runner
 
 __version__ = "0.1.0"

@@ -94,7 +94,7 @@ class EnvServerProcess:
 
 def final_returns(experiment_path, episodes: int = 8) -> list[float]:
     """Each policy's last checkpoint played deterministically on CartPole: its mean return."""
-    from algo.model import ModelSpec
+    from sf_core.algo.model import ModelSpec
     from sf_core.evaluation.policy import PolicyCheckpoint
     from sf_core.records import checkpoint
     from sf_core.records.experiment import load_config

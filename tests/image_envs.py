@@ -10,7 +10,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from envs.registry import EnvContext
+from sf_core.envs.registry import EnvContext
 from sf_core.config import Config
 
 

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from algo.model import ActorCritic, ModelSpec
-from algo.observations import ObsWriter, obs_storage
-from envs.registry import EnvContext, registry_snapshot
+from sf_core.algo.model import ActorCritic, ModelSpec
+from sf_core.algo.observations import ObsWriter, obs_storage
+from sf_core.envs.registry import EnvContext, registry_snapshot
 from sf_core.config import Config
 from sf_core.records import checkpoint
 

@@ -10,7 +10,7 @@ from collections import Counter
 import gymnasium as gym
 import numpy as np
 
-from envs.memory import MemoryCueEnv
+from sf_core.envs.memory import MemoryCueEnv
 from sf_core import register_env
 from sf_core import register_task_runner
 

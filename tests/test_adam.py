@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from algo.adam import FusedAdam, make_adam
+from sf_core.algo.adam import FusedAdam, make_adam
 from tests.conftest import REPO
 
 
@@ -70,7 +70,7 @@ def test_a_state_for_another_model_is_one_clear_error():
 def test_the_learners_optimizer_steps_without_importing_torch_dynamo():
     """torch.optim's first call imports torch._dynamo (seconds of CPU): the learner's first SGD step waited."""
     code = ("import sys, torch\n"
-            "from algo.adam import make_adam\n"
+            "from sf_core.algo.adam import make_adam\n"
             "model = torch.nn.Linear(4, 2)\n"
             "optimizer = make_adam(model.parameters(), 'cpu')\n"
             "model(torch.randn(3, 4)).sum().backward()\n"

@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from envs.atari import AreaResize, _area_matrix, ale_id
-from envs.registry import EnvContext, EnvNotFoundError, make_env
+from sf_core.envs.atari import AreaResize, _area_matrix, ale_id
+from sf_core.envs.registry import EnvContext, EnvNotFoundError, make_env
 from sf_core.cli.arguments import parse_args
 from sf_core.run.presets import preset_for
 from tests.conftest import extra

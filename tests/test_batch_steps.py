@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from envs.registry import EnvRegistry
+from sf_core.envs.registry import EnvRegistry
 from sf_core import register_env
 from sf_core.service.batch_step import BatchStepper, StepResult
 from sf_core.service.env_pool import EnvPool, PooledEnv, SlotLost

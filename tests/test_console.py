@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from algo.model import ActorCritic, layer_summary
-from algo.model_spec import ModelSpec
+from sf_core.algo.model import ActorCritic, layer_summary
+from sf_core.algo.model_spec import ModelSpec
 from sf_core.cli.train import preset_line
 from sf_core.run.stats import TrainingStats
 

@@ -62,7 +62,7 @@ def test_requests_that_keep_the_rule_pass(row, origin, truncation):
 
 
 def _recurrent_inference_worker():
-    from algo.model import ActorCritic, ModelSpec
+    from sf_core.algo.model import ActorCritic, ModelSpec
     from sf_core.contracts.buffers import NoLock, SharedWeights
     from sf_core.sampling.inference_worker import InferenceWorker
     from signal_slot.signal_slot import EventLoop

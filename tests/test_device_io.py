@@ -48,7 +48,7 @@ def test_outputs_come_back_as_numpy_of_their_dtype():
 def act_once(use_rnn: bool, io: DeviceIO | None = None, device: str = "cpu") -> dict[str, torch.Tensor]:
     """One flush of two requests (a whole split after a step, another after a reset) by an inference worker on
     `device`, with its own DeviceIO or `io`; returns every field it writes."""
-    from algo.model import ActorCritic, ModelSpec
+    from sf_core.algo.model import ActorCritic, ModelSpec
     from sf_core.contracts.buffers import BufferLayout, NoLock, SharedWeights, TrajectoryBuffers
     from sf_core.contracts.sample import SampleSpaces
     from sf_core.sampling.inference_worker import InferenceWorker

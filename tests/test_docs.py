@@ -15,6 +15,7 @@ from unittest import mock
 from sf_core.cli.arguments import build_parser
 from sf_core.config import Config
 from tests.conftest import REPO
+from tests.layout import source_base
 
 FLAGS_MD = os.path.join(REPO, "docs", "flags.md")
 
@@ -84,7 +85,7 @@ OTHER_PROGRAMS = {
 # A path given to these flags names a file the command writes, so it need not exist beforehand.
 OUTPUT_FLAG = re.compile(r"--(?:output|plot)=$")
 
-ROOTS = ("sf_core", "algo", "envs")
+ROOTS = ("sf_core", "algo", "envs")  # algo and envs: the folders' names, never a module's (tests/layout.py)
 FENCE = re.compile(r"^\s*(```|~~~)")
 CODE_SPAN = re.compile(r"`[^`\n]+(?:\n(?!\s*\n)[^`\n]*)*`")  # may wrap onto the next line of a paragraph
 FLAG = re.compile(r"(?<![\w-])--([A-Za-z][\w-]*\w)")
@@ -144,8 +145,10 @@ def known_flags() -> set[str]:
 
 
 def resolves(dotted: str) -> bool:
-    """A module, or an attribute reached from the longest prefix that is one (algo.registry.register_algorithm)."""
+    """A module, or an attribute reached from the longest prefix that is one (sf_core.algo.registry.register_algorithm)."""
     parts = dotted.split(".")
+    if parts[0] != "sf_core":  # `algo.model` is the module sf_core.algo.model; from the repository root it
+        return False           # would import as a second copy, which no user has
     try:
         for i in range(len(parts), 0, -1):
             try:
@@ -169,7 +172,7 @@ def resolves(dotted: str) -> bool:
 
 def _defined_in_source(parts: list[str]) -> bool:
     for i in range(len(parts), 0, -1):
-        base = os.path.join(REPO, *parts[:i])
+        base = str(source_base(".".join(parts[:i])))
         for path in (base + ".py", os.path.join(base, "__init__.py")):
             if os.path.isfile(path):
                 return i == len(parts) or parts[i] in _top_level_names(path)
@@ -252,7 +255,7 @@ def doc_offenders(path: str, flags: set[str], env_ids: set[str]) -> list[str]:
 
 
 def test_docs_name_only_what_exists():
-    import envs  # noqa: F401  (registers the built-in envs, whose ids look like paths: sf_core/MemoryCue-v0)
+    import sf_core.envs  # noqa: F401  (registers the built-in envs, whose ids look like paths: sf_core/MemoryCue-v0)
     import gymnasium
 
     flags = known_flags()

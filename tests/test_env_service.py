@@ -105,7 +105,7 @@ def test_remote_env_is_the_env(cartpole_server):
 def test_dict_and_tuple_observations_travel_leaf_by_leaf(tmp_path):
     """A Dict observation arrives as the local env's (one array frame per leaf, the space itself as JSON);
     a nested Tuple space survives the round trip; a Dict action space is refused at startup."""
-    from envs.registry import EnvRegistry
+    from sf_core.envs.registry import EnvRegistry
     from sf_core.service.env_server import EnvServer
     from sf_core.service.protocol import ProtocolError, space_from_json, space_to_json
     from tests.service_envs import DictMemoryCue
@@ -262,7 +262,7 @@ def test_failed_slot_drops_the_unfinished_trajectory_and_the_split_waits_for_a_s
     the server. The server under it dies mid-trajectory: no trajectory it sends the learner mixes rows of
     the dead slot; it continues on its spare slot. With every slot dead it waits (parked) and reports it,
     and continues once a server is back."""
-    from envs.registry import EnvRegistry
+    from sf_core.envs.registry import EnvRegistry
     from sf_core.contracts.buffers import BufferLayout, TrajectoryBuffers
     from sf_core.contracts.sample import SampleSpaces
     from sf_core.contracts.signals import ENVS_STEPPED, NEW_TRAJECTORIES, REPORT
@@ -435,7 +435,7 @@ def _make_snapshot_env(name, cfg, ctx):
 def test_server_instance_lifecycle_broken_until_restored():
     """In-process: an env that raises breaks only its own slot; restore uses the env's snapshot hook when
     the instance is healthy and rebuilds it when broken."""
-    from envs.registry import EnvRegistry
+    from sf_core.envs.registry import EnvRegistry
     from sf_core.service.env_server import EnvServer
     from sf_core.service.protocol import pack
 
@@ -472,7 +472,7 @@ def test_parallel_server_steps_instances_at_once_and_a_hung_one_fails_alone():
     hangs costs only its own slot: the server still answers, so the pool keeps its other slots."""
     import threading
 
-    from envs.registry import EnvRegistry
+    from sf_core.envs.registry import EnvRegistry
     from sf_core.service.env_server import EnvServer
 
     server = EnvServer("Slow-v0", 4, registry=EnvRegistry({"Slow-v0": _make_slow_env}), parallel=True)

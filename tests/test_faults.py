@@ -180,7 +180,7 @@ def test_killed_worker_process_is_reported(tmp_path):
 def test_two_trainings_in_one_interpreter_are_independent(tmp_path):
     import gymnasium as gym
 
-    from envs.registry import registry_snapshot
+    from sf_core.envs.registry import registry_snapshot
     from sf_core import register_env
 
     register_env("FirstRunOnly-v0", lambda name, cfg, ctx: gym.make("CartPole-v1"))

@@ -7,9 +7,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from envs.multi_agent import MultiAgentEnv, is_multi_agent, num_agents
-from envs.nim import Nim, make_nim
-from envs.registry import EnvContext, EnvRegistry, make_env, registry_snapshot
+from sf_core.envs.multi_agent import MultiAgentEnv, is_multi_agent, num_agents
+from sf_core.envs.nim import Nim, make_nim
+from sf_core.envs.registry import EnvContext, EnvRegistry, make_env, registry_snapshot
 from sf_core.evaluation.head_to_head import play_matches
 from sf_core.run.win_rates import WinRates
 from tests import launch

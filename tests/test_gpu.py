@@ -192,7 +192,7 @@ def test_cuda_graphs_replay_the_eager_pass_at_every_batch_size_and_follow_new_we
     eager pass's distribution parameters, values and log-probs; weights and statistics loaded in place are seen."""
     import gymnasium as gym
 
-    from algo.model import ActorCritic, ModelSpec, autocast, store_weights_in_bfloat16
+    from sf_core.algo.model import ActorCritic, ModelSpec, autocast, store_weights_in_bfloat16
     from sf_core.config import Config
     from sf_core.sampling.graphed_acting import GraphedActing
 

@@ -5,10 +5,10 @@ import re
 import pytest
 import torch
 
-from algo.executor import GraphExecutor
-from algo.graph import Context, GraphError, ModelSlot, Node, build_graph
-from algo.params import LearningParams
-from algo.registry import algorithm_builder, known_algorithms
+from sf_core.algo.executor import GraphExecutor
+from sf_core.algo.graph import Context, GraphError, ModelSlot, Node, build_graph
+from sf_core.algo.params import LearningParams
+from sf_core.algo.registry import algorithm_builder, known_algorithms
 from sf_core.contracts.sample import BATCH_KEYS
 from tests import launch
 from tests.conftest import REPO

@@ -13,46 +13,83 @@ import networkx as nx
 
 from sf_core.cli.arguments import FLAG_CHECKS
 from tests.conftest import REPO, extra
+from tests.layout import PACKAGE_FOLDERS as PACKAGES
+from tests.layout import build_installed_tree, module_name
 
-grimp = extra("grimp", "dev")
+extra("grimp", "dev")
 
-PACKAGES = ("sf_core", "algo", "envs")
 LINT = ("import sys; from importlinter.cli import lint_imports; "
         "sys.exit(lint_imports(config_filename='.importlinter', no_cache=True))")
+# every import between our modules, as "importer imported" lines
+EDGES = ("import grimp; g = grimp.build_graph('sf_core', include_external_packages=False, cache_dir=None); "
+         "print('\\n'.join(f'{m} {i}' for m in g.modules for i in g.find_modules_directly_imported_by(m)))")
 
 
-def lint(root: str) -> subprocess.CompletedProcess:
-    """import-linter over the packages under `root`, as its own process: it imports nothing of ours, and its
-    graph is built from that tree alone."""
-    return subprocess.run([sys.executable, "-c", LINT], cwd=root, env={"PYTHONPATH": root, "PATH": ""},
+def installed(tmp_path: pathlib.Path) -> pathlib.Path:
+    """The package as installed (algo/ and envs/ inside sf_core/), with the contract beside it: the tools read
+    the import graph from the files under one package's folder."""
+    root = build_installed_tree(tmp_path / "installed")
+    shutil.copy(pathlib.Path(REPO, ".importlinter"), root)
+    return root
+
+
+def run_over(root: pathlib.Path, code: str) -> subprocess.CompletedProcess:
+    """`code` over the package under `root`, as its own process: it imports nothing of ours, and its graph is
+    built from that tree alone."""
+    return subprocess.run([sys.executable, "-c", code], cwd=root, env={"PYTHONPATH": str(root), "PATH": ""},
                           capture_output=True, text=True, timeout=120)
 
 
-def test_the_layers_contract_holds():
-    result = lint(REPO)
+def test_the_layers_contract_holds(tmp_path):
+    result = run_over(installed(tmp_path), LINT)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_an_upward_import_breaks_the_contract(tmp_path):
     """The contract can fail: a contract module that imports the runner is named."""
-    for package in PACKAGES:
-        shutil.copytree(pathlib.Path(REPO, package), tmp_path / package,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(pathlib.Path(REPO, ".importlinter"), tmp_path)
-    signals = tmp_path / "sf_core" / "contracts" / "signals.py"
+    root = installed(tmp_path)
+    signals = root / "sf_core" / "contracts" / "signals.py"
     signals.write_text(signals.read_text(encoding="utf-8") + "\nimport sf_core.run.runner  # noqa\n", encoding="utf-8")
-    result = lint(str(tmp_path))
+    result = run_over(root, LINT)
     assert result.returncode != 0
     assert "sf_core.contracts.signals -> sf_core.run.runner" in result.stdout, result.stdout
 
 
-def test_no_import_cycle():
+def test_no_import_cycle(tmp_path):
     """Imports inside functions and under TYPE_CHECKING count too: a circle through either still ties the
     modules together."""
-    graph = grimp.build_graph(*PACKAGES, include_external_packages=False, cache_dir=None)
-    edges = nx.DiGraph((m, i) for m in graph.modules for i in graph.find_modules_directly_imported_by(m))
+    result = run_over(installed(tmp_path), EDGES)
+    assert result.returncode == 0, result.stderr
+    edges = nx.DiGraph(tuple(line.split()) for line in result.stdout.splitlines())
+    assert "sf_core.algo.model" in edges and "sf_core.envs.registry" in edges
     cycles = [sorted(c) for c in nx.strongly_connected_components(edges) if len(c) > 1]
     assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_everything_is_imported_through_the_one_namespace():
+    """A user's own `algo.py` or `envs/` must not shadow ours: no module of ours imports a top-level algo or envs
+    (from the repository's root they would import, as a second copy of the package)."""
+    found = []
+    for package in (*PACKAGES, "scripts", "tests"):
+        for path in pathlib.Path(REPO, package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                         else [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level
+                         else [])
+                found += [f"{path.relative_to(REPO)}:{node.lineno} {name}" for name in names
+                          if name.split(".")[0] in ("algo", "envs")]
+    assert not found, found
+
+
+def test_a_users_algo_module_and_envs_package_shadow_nothing(tmp_path):
+    """Run from a folder that holds an `algo.py` and an `envs/` package, as RL projects often do."""
+    (tmp_path / "algo.py").write_text("raise ImportError('the user algo.py was imported')\n")
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "__init__.py").write_text("raise ImportError('the user envs/ was imported')\n")
+    code = ("import gymnasium as gym, sf_core, sf_core.algo.registry, sf_core.cli.train; "
+            "print(gym.make('sf_core/Corridor-v0').spec.id)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "sf_core/Corridor-v0" in result.stdout, result.stderr
 
 
 def _registering_modules() -> set[str]:
@@ -62,7 +99,7 @@ def _registering_modules() -> set[str]:
             tree = ast.parse(path.read_text(encoding="utf-8"))
             calls = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "register_check"
                      and isinstance(getattr(n, "ctx", None), ast.Load)]
-            module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+            module = module_name(path)
             if calls and not module.startswith("sf_core.config"):  # the engine's own, registered by the config
                 found.add(module)
     return found

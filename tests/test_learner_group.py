@@ -13,8 +13,8 @@ import psutil
 import pytest
 import torch
 
-from algo.model import ActorCritic, ModelSpec
-from algo.registry import algorithm_builder
+from sf_core.algo.model import ActorCritic, ModelSpec
+from sf_core.algo.registry import algorithm_builder
 from sf_core.cli.arguments import parse_args
 from sf_core.config import Config, ConfigError
 from sf_core.contracts.buffers import NoLock, SharedWeights

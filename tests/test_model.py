@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.distributions import Categorical, Normal
 
-from algo.model import ActorCritic, ModelSpec
-from algo.normalization import RunningMeanStd
+from sf_core.algo.model import ActorCritic, ModelSpec
+from sf_core.algo.normalization import RunningMeanStd
 
 SPACES = {
     "discrete": gym.spaces.Discrete(3),
@@ -51,7 +51,7 @@ def test_heads_match_torch_distributions(name):
 
 def test_categorical_samples_follow_the_probabilities():
     logits = torch.log(torch.tensor([[0.7, 0.2, 0.1]])).expand(20000, 3)
-    from algo.distributions import CategoricalDist
+    from sf_core.algo.distributions import CategoricalDist
 
     torch.manual_seed(1)
     counts = torch.bincount(CategoricalDist(logits, [3], True).sample(), minlength=3).float() / 20000
@@ -94,9 +94,9 @@ def test_shared_heads_equal_the_separate_layers(name):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(256, 64), (4, 8)])  # our kernels, and torch's for small tensors
 def test_elu_matches_torch(dtype, shape, monkeypatch):
-    """Our ELU (algo.activations) against torch's, forward and backward, on both sides of zero."""
-    from algo import activations
-    from algo.activations import ELU
+    """Our ELU (sf_core.algo.activations) against torch's, forward and backward, on both sides of zero."""
+    from sf_core.algo import activations
+    from sf_core.algo.activations import ELU
 
     torch.manual_seed(0)
     x = (torch.randn(*shape) * 3).to(dtype)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from algo.conv_encoders import (ARCHITECTURE_CHOICES, ImpalaResNet, NatureCNN, SmallInputCNN, output_hw,
+from sf_core.algo.conv_encoders import (ARCHITECTURE_CHOICES, ImpalaResNet, NatureCNN, SmallInputCNN, output_hw,
                                 small_input_strides)
-from algo.model import ActorCritic, ModelSpec
+from sf_core.algo.model import ActorCritic, ModelSpec
 from sf_core.cli.arguments import parse_args
 from sf_core.config import Config, _FIELDS
 from sf_core.machine.wiring import initial_model

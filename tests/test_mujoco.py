@@ -7,7 +7,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from envs.registry import EnvContext, make_env
+from sf_core.envs.registry import EnvContext, make_env
 from sf_core.cli.arguments import parse_args
 from tests.conftest import extra
 from tests.helpers import train

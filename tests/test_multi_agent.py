@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from algo import nodes
-from algo.graph import Context
-from envs.multi_agent import SingleAgentAdapter, is_multi_agent, num_agents
-from envs.pettingzoo import PettingZooParallelEnv
-from envs.registry import EnvContext, EnvRegistry
-from envs.relay_game import RelayGame, make_relay_game
+from sf_core.algo import nodes
+from sf_core.algo.graph import Context
+from sf_core.envs.multi_agent import SingleAgentAdapter, is_multi_agent, num_agents
+from sf_core.envs.pettingzoo import PettingZooParallelEnv
+from sf_core.envs.registry import EnvContext, EnvRegistry
+from sf_core.envs.relay_game import RelayGame, make_relay_game
 from sf_core import register_env
 from sf_core.cli.arguments import parse_args
 from sf_core.contracts.buffers import BufferLayout, TrajectoryBuffers
@@ -125,7 +125,7 @@ def test_pettingzoo_adapter_one_hot_observations_and_spaces():
 
 def test_unwrapped_pettingzoo_env_from_a_factory_gets_a_hint():
     registry = EnvRegistry({"Race-v0": lambda name, cfg, ctx: Race()})
-    with pytest.raises(ValueError, match="wrap it in envs.pettingzoo.PettingZooParallelEnv"):
+    with pytest.raises(ValueError, match="wrap it in sf_core.envs.pettingzoo.PettingZooParallelEnv"):
         registry.make("Race-v0", None, EnvContext(0, 0, 0))
 
 
@@ -193,7 +193,7 @@ def test_agent_going_inactive_mid_episode_is_refused():
 
 
 def test_lag_mask_leaves_inactive_rows_out():
-    from algo.params import LearningParams
+    from sf_core.algo.params import LearningParams
 
     cfg, _ = parse_args(["--env=X", "--max_policy_lag=5"])
     ctx = Context({}, LearningParams.from_config(cfg))

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from algo.algorithms import Algorithm, appo
-from algo.graph import Node
-from algo.registry import register_algorithm
-from envs.registry import EnvContext, register_env
+from sf_core.algo.algorithms import Algorithm, appo
+from sf_core.algo.graph import Node
+from sf_core.algo.registry import register_algorithm
+from sf_core.envs.registry import EnvContext, register_env
 from sf_core.cli.arguments import parse_args
 from sf_core.config import ConfigError
 from sf_core.sampling.policy_mapping import AgentPolicies, register_policy_mapping, resolve

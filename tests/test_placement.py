@@ -8,9 +8,9 @@ import time
 import pytest
 import torch
 
-from algo.executor import GraphExecutor
-from algo.graph import Context, ModelSlot, Node, build_graph
-from algo.placement import check_placement, parse_devices, place_models
+from sf_core.algo.executor import GraphExecutor
+from sf_core.algo.graph import Context, ModelSlot, Node, build_graph
+from sf_core.algo.placement import check_placement, parse_devices, place_models
 from sf_core.config import Config, ConfigError
 
 TEACHER_NODES = [Node("teacher_policy", "inference", ("obs",), ("p",), lambda c, x: {"p": 0}, model="teacher"),

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from algo.model import ActorCritic, ModelSpec
-from algo.observations import ObsWriter
+from sf_core.algo.model import ActorCritic, ModelSpec
+from sf_core.algo.observations import ObsWriter
 from sf_core.config import Config, ConfigError
 from sf_core.evaluation.policy import load_checkpoint
 from sf_core.records import checkpoint

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from algo.model import ActorCritic, ModelSpec
-from algo.nodes import from_chunks, step_resets, to_chunks
+from sf_core.algo.model import ActorCritic, ModelSpec
+from sf_core.algo.nodes import from_chunks, step_resets, to_chunks
 from sf_core.cli.arguments import parse_args
 from sf_core.config import ConfigError
 from tests.helpers import train

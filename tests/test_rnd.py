@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-import envs  # noqa: F401  (registers sf_core/Corridor-v0)
-from algo import rnd
-from algo.adam import make_adam
-from algo.executor import GraphExecutor
-from algo.graph import Context, ModelSlot, build_graph
-from algo.model import ActorCritic, ModelSpec
-from algo.params import LearningParams
-from algo.registry import algorithm_builder, known_algorithms
-from envs.corridor import CorridorEnv
+import sf_core.envs  # noqa: F401  (registers sf_core/Corridor-v0)
+from sf_core.algo import rnd
+from sf_core.algo.adam import make_adam
+from sf_core.algo.executor import GraphExecutor
+from sf_core.algo.graph import Context, ModelSlot, build_graph
+from sf_core.algo.model import ActorCritic, ModelSpec
+from sf_core.algo.params import LearningParams
+from sf_core.algo.registry import algorithm_builder, known_algorithms
+from sf_core.envs.corridor import CorridorEnv
 from sf_core.config import ConfigError
 from sf_core.contracts.sample import BATCH_KEYS, SampleSpaces, batch_tensors
 from tests.conftest import REPO

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from envs.registry import register_env
+from sf_core.envs.registry import register_env
 from tests.helpers import train
 
 EVENTS: list[tuple[str, int]] = []  # (what, env index), in the order they happened: serial mode, one process

@@ -8,7 +8,7 @@ import threading
 import gymnasium as gym
 import pytest
 
-from envs.registry import EnvRegistry
+from sf_core.envs.registry import EnvRegistry
 from sf_core import register_env
 from sf_core.service.env_pool import EnvPool, PoolTimeout, SlotLost
 from sf_core.service.service_set import PoolGroup, ServiceSet, ServiceSetEnv

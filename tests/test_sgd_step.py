@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from algo.graph import Context, ModelSlot
-from algo.model import ActorCritic, ModelSpec
-from algo.nodes import STEP_STATS, _ppo_policy_loss, _sgd_step
-from algo.params import LearningParams
+from sf_core.algo.graph import Context, ModelSlot
+from sf_core.algo.model import ActorCritic, ModelSpec
+from sf_core.algo.nodes import STEP_STATS, _ppo_policy_loss, _sgd_step
+from sf_core.algo.params import LearningParams
 from sf_core.config import Config
 
 B = 64

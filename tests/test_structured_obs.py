@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from algo.custom_models import register_core, register_encoder
-from algo.model import ActorCritic, ModelSpec
-from algo.observations import ObsWriter, PackedObs, obs_storage
+from sf_core.algo.custom_models import register_core, register_encoder
+from sf_core.algo.model import ActorCritic, ModelSpec
+from sf_core.algo.observations import ObsWriter, PackedObs, obs_storage
 from sf_core import register_env
 from tests.helpers import train
 

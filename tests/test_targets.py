@@ -2,7 +2,7 @@
 
 import torch
 
-from algo.targets import discounted_cumsum, gae, vtrace
+from sf_core.algo.targets import discounted_cumsum, gae, vtrace
 
 
 def reference_discounted_cumsum(x, c):

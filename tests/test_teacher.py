@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from algo.graph import ModelSlot
-from algo.model import ActorCritic
-from algo.model_spec import ModelSpec
-from algo.teacher import load_teacher
+from sf_core.algo.graph import ModelSlot
+from sf_core.algo.model import ActorCritic
+from sf_core.algo.model_spec import ModelSpec
+from sf_core.algo.teacher import load_teacher
 from sf_core.config import Config, ConfigError
 from sf_core.records import checkpoint
 from tests.helpers import train

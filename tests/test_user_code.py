@@ -9,10 +9,10 @@ import threading
 import gymnasium as gym
 import pytest
 
-from algo import custom_models
-from algo.algorithms import appo
-from algo.registry import algorithm_builder, register_algorithm
-from envs.registry import EnvContext, EnvRegistry
+from sf_core.algo import custom_models
+from sf_core.algo.algorithms import appo
+from sf_core.algo.registry import algorithm_builder, register_algorithm
+from sf_core.envs.registry import EnvContext, EnvRegistry
 from sf_core.common.user_code import UnsendableError, UserCode, user_code
 from sf_core.config import Config
 from sf_core.machine.wiring import check_user_code
@@ -62,7 +62,7 @@ def test_what_cannot_travel_even_by_value_is_named():
 
 
 def test_registered_model_parts_and_algorithms_are_checked_before_any_process_starts(monkeypatch):
-    from algo import registry
+    from sf_core.algo import registry
 
     # registrations of this test only
     monkeypatch.setattr(registry, "_ALGORITHMS", dict(registry._ALGORITHMS))

@@ -20,7 +20,7 @@ def _raw_env_worker(env_name: str, index: int, warmup: float, seconds: float, re
     """Step one env with (pre-drawn) random actions; count steps inside [warmup, warmup + seconds]."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us
     try:
-        from envs.registry import EnvContext, registry_snapshot
+        from sf_core.envs.registry import EnvContext, registry_snapshot
 
         env = registry_snapshot().make(env_name, None, EnvContext(worker_index=index, env_index=index, seed=index))
         env.action_space.seed(index)

@@ -154,7 +154,7 @@ def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = Non
 
 
 # The modules whose flag checks Config.validate runs: each registers its own (sf_core.config.register_check)
-FLAG_CHECKS = ("algo.registry", "algo.rnd", "algo.teacher", "sf_core.cluster.flags",
+FLAG_CHECKS = ("sf_core.algo.registry", "sf_core.algo.rnd", "sf_core.algo.teacher", "sf_core.cluster.flags",
                "sf_core.learning.group.flags", "sf_core.run.pbt",
                "sf_core.service.endpoints")
 

@@ -19,8 +19,8 @@ from typing import Sequence
 import gymnasium as gym
 import numpy as np
 
-from envs.multi_agent import is_multi_agent
-from envs.registry import EnvContext, EnvNotFoundError, registry_snapshot
+from sf_core.envs.multi_agent import is_multi_agent
+from sf_core.envs.registry import EnvContext, EnvNotFoundError, registry_snapshot
 from sf_core.cli import add_env_module_argument, exit_process, import_experiment_modules
 from sf_core.cli.arguments import BOOL_EPILOG, _Parser, add_bool_argument
 from sf_core.cli.train import setup_logging

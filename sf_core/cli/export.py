@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Sequence
 
-from envs.registry import EnvNotFoundError
+from sf_core.envs.registry import EnvNotFoundError
 from sf_core.cli import add_env_module_argument, exit_process, import_experiment_modules
 from sf_core.cli.arguments import _Parser
 from sf_core.cli.train import setup_logging

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Sequence
 
-from envs.registry import EnvNotFoundError
+from sf_core.envs.registry import EnvNotFoundError
 from sf_core.cli import exit_process
 from sf_core.cli.arguments import build_parser, parse_args
 from sf_core.common import logs

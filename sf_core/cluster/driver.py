@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from algo.registry import algorithm_builder
+from sf_core.algo.registry import algorithm_builder
 from sf_core.cluster import placement
 from sf_core.cluster.ingest import ShardIngest
 from sf_core.cluster.learner_ranks import RemoteRanks

@@ -24,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from envs.registry import EnvRegistry
+from sf_core.envs.registry import EnvRegistry
 from sf_core.cluster.shard_emitter import ShardEmitter, shard_emitter_name
 from sf_core.cluster.shards import Shard, ShardMeta
 from sf_core.common.logs import setup_logging

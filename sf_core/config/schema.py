@@ -96,7 +96,7 @@ class Config:
 
     # --- learning
     algo: str = flag("APPO", "learning", "Algorithm graph: APPO, PPO, REINFORCE, APPO_TEACHER (--teacher), "
-                     "APPO_RND, or one registered with algo.registry.register_algorithm.")
+                     "APPO_RND, or one registered with sf_core.algo.registry.register_algorithm.")
     batch_size: int = flag(1024, "learning", "Minibatch size for SGD, in samples.")
     num_batches_per_epoch: int = flag(1, "learning", "Minibatches in one training iteration's dataset.")
     num_epochs: int = flag(1, "learning", "Passes over each dataset.")
@@ -245,11 +245,11 @@ class Config:
         "divide --rollout and --batch_size.")
     decoder_mlp_layers: list[int] = flag([], "model", "Fully connected layers between the core (or encoder) and "
                                          "the heads.")
-    encoder_custom: str = flag("", "model", "An encoder registered with algo.custom_models.register_encoder "
+    encoder_custom: str = flag("", "model", "An encoder registered with sf_core.algo.custom_models.register_encoder "
                                "(empty: the built-in conv/MLP encoder).")
-    core_custom: str = flag("", "model", "A core registered with algo.custom_models.register_core (empty: "
+    core_custom: str = flag("", "model", "A core registered with sf_core.algo.custom_models.register_core (empty: "
                             "the built-in one, see --use_rnn).")
-    decoder_custom: str = flag("", "model", "A decoder registered with algo.custom_models.register_decoder "
+    decoder_custom: str = flag("", "model", "A decoder registered with sf_core.algo.custom_models.register_decoder "
                                "(empty: --decoder_mlp_layers).")
 
     # --- logging
@@ -369,7 +369,7 @@ def register_check(check: Callable[[Config], None]) -> Callable[[Config], None]:
 
 
 def default(name: str) -> Any:
-    """A flag's default. Typed views of the config (algo.model.ModelSpec, algo.params.LearningParams)
+    """A flag's default. Typed views of the config (sf_core.algo.model.ModelSpec, sf_core.algo.params.LearningParams)
     take their defaults from here, so each default is written once, in `Config`."""
     f = _FIELDS[name]
     return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc,operator]

@@ -11,7 +11,7 @@ Two properties of a field decide where its rows go:
 - `carried`: row T of a finished slot becomes row 0 of the split's next slot, so the next trajectory
   starts where this one stopped without another forward pass.
 
-The same names are the keys of the learner's batch (`algo.algorithms`): no field is renamed on the way.
+The same names are the keys of the learner's batch (`sf_core.algo.algorithms`): no field is renamed on the way.
 
 The row-0 rule. Inference is asked to act on a row for one of three reasons (`RowOrigin`), and each
 reason says what the row before it holds. The truncation bootstrap and the recurrent state depend on
@@ -27,8 +27,8 @@ from typing import Literal
 import gymnasium as gym
 import torch
 
-from algo.distributions import action_storage
-from algo.observations import obs_storage
+from sf_core.algo.distributions import action_storage
+from sf_core.algo.observations import obs_storage
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
-from envs.multi_agent import num_agents
+from sf_core.envs.multi_agent import num_agents
 from sf_core.config import ConfigError
 from sf_core.evaluation.policy import PolicyCheckpoint, TrainedPolicy, load_checkpoint
 from sf_core.records.experiment import write_eval_results

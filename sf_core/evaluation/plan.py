@@ -15,7 +15,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from envs.registry import registry_snapshot
+from sf_core.envs.registry import registry_snapshot
 from sf_core.config import ConfigError
 from sf_core.evaluation.task_runners import runners_snapshot
 from sf_core.evaluation.tasks import EvalError, check_tasks
@@ -124,7 +124,7 @@ def _pool_env(name: str, endpoints: list[Endpoint], answers: dict[str, dict]) ->
 def check_local_envs(local_envs: dict[str, str]) -> None:
     """Build each in-process env once, here: a name nobody registered stops the run before it starts
     (an env that is costly to build is as costly in every runner)."""
-    from envs.registry import EnvContext, make_env
+    from sf_core.envs.registry import EnvContext, make_env
     from sf_core.config import Config
 
     for pool, name in local_envs.items():

@@ -26,8 +26,8 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from algo.model import ActorCritic, ModelSpec
-from algo.observations import ObsWriter, obs_storage
+from sf_core.algo.model import ActorCritic, ModelSpec
+from sf_core.algo.observations import ObsWriter, obs_storage
 from sf_core.config import Config, ConfigError
 from sf_core.records import checkpoint
 from sf_core.records.experiment import load_config

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import gymnasium as gym
 
-from envs.registry import EnvContext, EnvRegistry
+from sf_core.envs.registry import EnvContext, EnvRegistry
 from sf_core.evaluation.task_runners import Actor, TaskPolicy
 from sf_core.service.env_pool import server_answers
 from sf_core.service.remote_env import RemoteEnv, ServiceError, ServiceTimeout

@@ -3,7 +3,7 @@
 Signals in: batch_ready, save_checkpoint, stop. Out: batch_consumed (after the new weights are
 published), checkpoint_saved, report (sf_core/contracts/signals.py).
 
-The algorithm is a dataflow graph (`algo.algorithms`, run by `algo.executor.GraphExecutor`): this module
+The algorithm is a dataflow graph (`sf_core.algo.algorithms`, run by `sf_core.algo.executor.GraphExecutor`): this module
 only moves data, keeps the policy version, and saves checkpoints.
 
 Each policy has its own learner, with its own hyperparameters (the flags, --policy_hyperparams, or
@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Callable
 import gymnasium as gym
 import torch
 
-from algo.adam import make_adam
-from algo.executor import GraphExecutor
-from algo.graph import Context, ModelSlot, build_graph
-from algo.model import ActorCritic, ModelSpec
-from algo.params import LearningParams
-from algo.placement import place_models
-from algo.registry import AlgorithmBuilder
+from sf_core.algo.adam import make_adam
+from sf_core.algo.executor import GraphExecutor
+from sf_core.algo.graph import Context, ModelSlot, build_graph
+from sf_core.algo.model import ActorCritic, ModelSpec
+from sf_core.algo.params import LearningParams
+from sf_core.algo.placement import place_models
+from sf_core.algo.registry import AlgorithmBuilder
 from sf_core.config import NUMERIC_LEARNING_FLAGS, Config
 from sf_core.contracts.buffers import DatasetBuffers, SharedWeights
 from sf_core.contracts.component import Component, guarded

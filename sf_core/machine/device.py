@@ -6,7 +6,7 @@ import logging
 
 import torch
 
-from algo.model import has_fast_bfloat16
+from sf_core.algo.model import has_fast_bfloat16
 from sf_core.config import Config
 
 log = logging.getLogger("sf_core")

@@ -24,11 +24,11 @@ from typing import Callable
 import gymnasium as gym
 import torch
 
-from algo.conv_encoders import conv_summaries
-from algo.model import ActorCritic, ModelSpec, layer_summary
-from algo.registry import algorithm_builder
-from envs.multi_agent import is_multi_agent, num_agents
-from envs.registry import EnvContext, EnvRegistry
+from sf_core.algo.conv_encoders import conv_summaries
+from sf_core.algo.model import ActorCritic, ModelSpec, layer_summary
+from sf_core.algo.registry import algorithm_builder
+from sf_core.envs.multi_agent import is_multi_agent, num_agents
+from sf_core.envs.registry import EnvContext, EnvRegistry
 from sf_core.common.user_code import UserCode
 from sf_core.config import Config, ConfigError
 from sf_core.contracts import signals as sig

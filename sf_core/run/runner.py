@@ -19,11 +19,11 @@ from dataclasses import replace
 import gymnasium as gym
 import torch
 
-from algo.graph import build_graph
-from algo.params import LearningParams
-from algo.placement import check_placement
-from algo.registry import algorithm_builder
-from envs.registry import EnvRegistry, registry_snapshot
+from sf_core.algo.graph import build_graph
+from sf_core.algo.params import LearningParams
+from sf_core.algo.placement import check_placement
+from sf_core.algo.registry import algorithm_builder
+from sf_core.envs.registry import EnvRegistry, registry_snapshot
 from sf_core.config import Config, ConfigError
 from sf_core.contracts.component import (Component, ComponentError, Routing, guarded, reuse_freed_memory,
                                          start_loop_watchdog)

@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from algo.normalization import RunningMeanStd
+from sf_core.algo.normalization import RunningMeanStd
 
 Acting = Callable[[torch.Tensor], dict[str, torch.Tensor]]  # observations -> actions, log_prob, values
 

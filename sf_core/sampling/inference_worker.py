@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from algo.model import ActorCritic, ModelSpec, autocast, store_weights_in_bfloat16
+from sf_core.algo.model import ActorCritic, ModelSpec, autocast, store_weights_in_bfloat16
 from sf_core.config import Config
 from sf_core.contracts.buffers import BufferLayout, SharedWeights, TrajectoryBuffers
 from sf_core.contracts.component import Component, guarded

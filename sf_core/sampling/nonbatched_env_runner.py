@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from envs.multi_agent import as_multi_agent, num_agents
-from envs.registry import EnvContext, EnvRegistry
+from sf_core.envs.multi_agent import as_multi_agent, num_agents
+from sf_core.envs.registry import EnvContext, EnvRegistry
 from sf_core.sampling.split_runner import EnvStepError, SplitRunner
 
 

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from envs.registry import EnvRegistry
+from sf_core.envs.registry import EnvRegistry
 from sf_core.config import Config
 from sf_core.contracts.buffers import BufferLayout, TrajectoryBuffers
 from sf_core.contracts.component import Component, guarded

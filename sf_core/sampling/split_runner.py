@@ -17,8 +17,8 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from algo.observations import ObsWriter
-from envs.registry import EnvContext, EnvRegistry
+from sf_core.algo.observations import ObsWriter
+from sf_core.envs.registry import EnvContext, EnvRegistry
 from sf_core.config import Config
 from sf_core.contracts.buffers import BufferLayout, TrajectoryBuffers
 from sf_core.contracts.sample import CARRIED

@@ -26,7 +26,7 @@ from typing import Any
 import gymnasium as gym
 import zmq
 
-from envs.registry import EnvContext, EnvRegistry, registry_snapshot
+from sf_core.envs.registry import EnvContext, EnvRegistry, registry_snapshot
 from sf_core.config import Config
 from sf_core.service.protocol import (
     COMMANDS,

@@ -122,7 +122,7 @@ def probe_composed_spaces(cfg, registry, named: dict[str, list]) -> tuple[gym.Sp
     """Before training on named pools: every address answers and has the capacity listed, and the env
     being trained, composed once on one slot of each pool, gives the spaces. ServiceConfigError or
     ServiceError if not."""
-    from envs.registry import EnvContext
+    from sf_core.envs.registry import EnvContext
     from sf_core.service.endpoints import answers_with_capacity
 
     answers_with_capacity([e for pool in named.values() for e in pool], cfg.env_service_timeout)

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import gymnasium as gym
 
-from envs.registry import EnvRegistry
+from sf_core.envs.registry import EnvRegistry
 from sf_core.config import Config, ConfigError
 from sf_core.service.endpoints import (ServiceConfigError, check_training_endpoints, parse_pools, parse_service,
                                        training_share, worker_slice)

@@ -34,10 +34,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from algo.activations import ELU
-from algo.model import ActorCritic, ModelSpec
-from algo.observations import PackedObs, is_structured
-from envs.registry import EnvContext, registry_snapshot
+from sf_core.algo.activations import ELU
+from sf_core.algo.model import ActorCritic, ModelSpec
+from sf_core.algo.observations import PackedObs, is_structured
+from sf_core.envs.registry import EnvContext, registry_snapshot
 from sf_core.config import Config, ConfigError
 from sf_core.records import checkpoint
 from sf_core.records.policy_choice import find_policy_checkpoint
