@@ -25,6 +25,7 @@ from sf_core.cli import add_env_module_argument, exit_process, import_experiment
 from sf_core.cli.arguments import BOOL_EPILOG, _Parser, add_bool_argument
 from sf_core.cli.train import setup_logging
 from sf_core.config import ConfigError
+from sf_core.evaluation.episodes import play_episodes
 from sf_core.evaluation.head_to_head import versus_opponent
 from sf_core.evaluation.policy import TrainedPolicy, load_checkpoint
 from sf_core.machine.device import resolve_device
@@ -101,18 +102,16 @@ def play_single_agent(env: gym.Env, policy: TrainedPolicy, args: argparse.Namesp
     returns: list[float] = []
     lengths: list[int] = []
     frames: list = []
-    for episode in range(args.max_num_episodes):
-        obs, _ = env.reset(seed=args.seed + episode)
-        state = policy.start_episode()
-        total, length, done = 0.0, 0, False
-        while not done:
-            if args.save_video and len(frames) < args.video_frames:
-                frames.append(render(env, args.env))
-            obs, reward, terminated, truncated, _ = env.step(policy.act([obs], state)[0])
-            total, length, done = total + float(reward), length + 1, terminated or truncated
+
+    def take_frame() -> None:
+        if len(frames) < args.video_frames:
+            frames.append(render(env, args.env))
+
+    for total, length in play_episodes(env, policy, args.max_num_episodes, args.seed,
+                                       before_step=take_frame if args.save_video else None):
+        log.info("episode %d: return %.2f, length %d", len(returns), total, length)
         returns.append(total)
         lengths.append(length)
-        log.info("episode %d: return %.2f, length %d", episode, total, length)
     return returns, lengths, [0] * len(returns), frames
 
 

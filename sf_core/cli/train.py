@@ -13,7 +13,7 @@ from sf_core.cli import exit_process
 from sf_core.cli.arguments import build_parser, parse_args
 from sf_core.common import logs
 from sf_core.common.logs import quiet_signal_slot_logs
-from sf_core.config import ConfigError
+from sf_core.config import Config, ConfigError
 from sf_core.machine.fit import describe, this_machine
 from sf_core.machine.heap import collector_paused
 from sf_core.machine.start_method import start_forkserver_early
@@ -39,28 +39,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Train; returns the exit code (0 done, 1 error, 2 bad flags, 130/143 interrupted)."""
     launched = time.time()
     setup_logging()
-    if getattr(multiprocessing.current_process(), "_inheriting", False):  # how multiprocessing itself tells
-        print("sf_core.train: error: main() was called inside a worker process that is starting up; put the "
-              "training call of your script under `if __name__ == \"__main__\":` (worker processes import "
-              "your script)", file=sys.stderr)
+    if (problem := in_starting_worker()) is not None:
+        print(f"sf_core.train: error: {problem}", file=sys.stderr)
         return 2
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(description="Train an agent with asynchronous PPO (APPO).")
-    with collector_paused():  # torch's import, from the flag checks on (sf_core/machine/heap.py)
-        try:
-            cfg, preset = parse_args(argv, parser, parsed=start_forkserver_early)  # its imports overlap ours
-        except ConfigError as exc:
-            print(f"sf_core.train: error: {exc}", file=sys.stderr)
-            return 2
-        except SystemExit as exc:  # --help
-            return int(exc.code or 0)
-        if preset:
-            log.info("%s", preset_line(preset))
-        if cfg.machine_fit:
-            where = "this machine" if not cfg.ray_address else "this machine; each cluster sampler refits its node"
-            log.info("%s", describe(cfg, this_machine(cfg.device), where))
+    try:
+        cfg = configure(list(sys.argv[1:] if argv is None else argv))
+    except ConfigError as exc:
+        print(f"sf_core.train: error: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
 
-        from sf_core.run.runner import Runner
+    from sf_core.run.runner import Runner
 
     try:
         return Runner(cfg, launched=launched).run()
@@ -68,6 +58,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sf_core.train: error: {exc}", file=sys.stderr)
         return 1
 
+
+def in_starting_worker() -> str | None:
+    """Why training cannot start here, when this is a worker process still importing the user's script."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):  # how multiprocessing itself tells
+        return ("training was started inside a worker process that is starting up; put the training call of "
+                "your script under `if __name__ == \"__main__\":` (worker processes import your script)")
+    return None
+
+
+def configure(argv: Sequence[str]) -> Config:
+    """The run's config from its command line: presets applied and the machine fitted (the console says which),
+    then checked. ConfigError for flags that cannot work; SystemExit after --help."""
+    parser = build_parser(description="Train an agent with asynchronous PPO (APPO).")
+    with collector_paused():  # torch's import, from the flag checks on (sf_core/machine/heap.py)
+        cfg, preset = parse_args(argv, parser, parsed=start_forkserver_early)  # its imports overlap ours
+        if preset:
+            log.info("%s", preset_line(preset))
+        if cfg.machine_fit:
+            where = "this machine" if not cfg.ray_address else "this machine; each cluster sampler refits its node"
+            log.info("%s", describe(cfg, this_machine(cfg.device), where))
+        import sf_core.run.runner  # noqa: F401  (the runner's imports, while the collector is paused)
+    return cfg
 
 if __name__ == "__main__":
     exit_process(main())

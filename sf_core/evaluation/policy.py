@@ -109,12 +109,15 @@ class TrainedPolicy:
         return EpisodeState(self.model.initial_state(agents, self.device))
 
     @torch.no_grad()
-    def act(self, observations: Sequence[Any], episode: EpisodeState) -> list[Any]:
-        """One env action per agent's observation; advances the episode's recurrent state."""
+    def act(self, observations: Sequence[Any], episode: EpisodeState, deterministic: bool | None = None) -> list[Any]:
+        """One env action per agent's observation; advances the episode's recurrent state. `deterministic`:
+        the most likely action, or a sampled one (None: as the policy was made)."""
         rows = torch.zeros((len(observations), *self.row_shape), dtype=self.row_dtype)
         for i, obs in enumerate(observations):
             self.writer.write(obs, rows.numpy()[i])
         params, _, episode.rnn = self.model.step(rows.to(self.device), episode.rnn)
         dist = self.model.distribution(params)
-        actions = (dist.mode() if self.deterministic else dist.sample()).cpu().numpy()
+        if deterministic is None:
+            deterministic = self.deterministic
+        actions = (dist.mode() if deterministic else dist.sample()).cpu().numpy()
         return [self.to_env_action(a) for a in actions]

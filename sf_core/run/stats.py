@@ -189,6 +189,11 @@ class TrainingStats:
         return all(len(p.returns) >= window and (m := p.mean_return()) is not None and m >= target
                    for p in self.policies)
 
+    def best_mean_return(self) -> float | None:
+        """The best policy's best mean return at a checkpoint (what its best.pt holds), None before one."""
+        best = self.policies[self.best_policy()].best_mean_return
+        return best if np.isfinite(best) else None
+
     def best_policy(self) -> int:
         means = [p.mean_return() for p in self.policies]
         return max(range(len(means)), key=lambda k: float("-inf") if (m := means[k]) is None else m)
@@ -221,6 +226,7 @@ class TrainingStats:
             "frames": self.frames,
             "samples_trained": self.samples_trained, "policy_version": self.policy_version,
             "episodes": self.num_episodes, "mean_return": self.mean_return() if self.returns else None,
+            "best_mean_return": self.best_mean_return(),
             "mean_length": float(np.mean(self.lengths)) if self.lengths else None,
             "time_to_first_frame": self.first_frame_at - self.started if self.first_frame_at else None,
             "time_to_target": self.target_reached_at - self.started if self.target_reached_at else None,
