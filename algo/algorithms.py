@@ -9,6 +9,7 @@ else is produced by nodes. A builder takes the typed hyperparameters (`sf_core.a
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -16,7 +17,7 @@ import gymnasium as gym
 import torch
 
 from sf_core.algo import nodes as n
-from sf_core.algo.graph import ModelSlot, Node
+from sf_core.algo.graph import GraphError, ModelSlot, Node
 from sf_core.algo.params import LearningParams
 
 
@@ -80,6 +81,18 @@ def reinforce(params: LearningParams, rewards_key: str = "rewards") -> Algorithm
         Node("policy_gradient_update", "train_step", UPDATE_INPUTS, ("train_stats",), n.policy_gradient_update,
              model="actor_critic"),
     ])
+
+
+def with_policy_loss(algorithm: Algorithm, loss: n.PolicyLoss) -> Algorithm:
+    """`algorithm` with `loss` as its update's policy loss (docs/algorithms.md, "A policy loss of your own"); the
+    value loss, the entropy bonus, the minibatches and the epochs stay as they were."""
+    updates = [node for node in algorithm.nodes if isinstance(node.fn, n.SGDUpdate)]
+    if len(updates) != 1:
+        raise GraphError(f"with_policy_loss: the algorithm must have one minibatch SGD update, it has {len(updates)}")
+    update = updates[0]
+    algorithm.nodes = [dataclasses.replace(node, fn=dataclasses.replace(update.fn, policy_loss=loss))
+                       if node is update else node for node in algorithm.nodes]
+    return algorithm
 
 
 def frozen_copy(slot: ModelSlot, offload_device: str | None = None) -> ModelSlot:

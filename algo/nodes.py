@@ -12,6 +12,7 @@ Batch tensors are time-major: [T, N] per step, [T+1, N] for observations (last r
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -118,17 +119,10 @@ def monte_carlo_targets(ctx: Context, x: Inputs) -> Inputs:
 
 
 # 5. ------------------------------------------------------------------------------------------------
-def ppo_update(ctx: Context, x: Inputs) -> Inputs:
-    return {"train_stats": minibatch_sgd(ctx, x, _ppo_policy_loss, ctx.params.num_epochs)}
-
-
-def policy_gradient_update(ctx: Context, x: Inputs) -> Inputs:
-    """One pass, no ratio clipping: REINFORCE's −log π(a|s)·A."""
-    return {"train_stats": minibatch_sgd(ctx, x, _pg_policy_loss, 1)}
-
-
 # A policy loss: (context, the current policy's distribution, its log-probs of the actions, the minibatch)
-# -> (loss, any extra statistics to report, by name)
+# -> (loss, any extra statistics to report, by name). The minibatch's keys: "log_prob" (the behaviour policy's),
+# "advantages" (normalized if --normalize_advantage), "actions", "mask" (1 for samples to train on), and
+# the update's extra keys.
 PolicyLoss = Callable[[Context, Any, torch.Tensor, dict], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 
@@ -138,6 +132,25 @@ def _ppo_policy_loss(ctx: Context, dist, log_prob, mb) -> tuple[torch.Tensor, di
 
 def _pg_policy_loss(ctx: Context, dist, log_prob, mb) -> tuple[torch.Tensor, dict]:
     return -ppo.masked_mean(log_prob * mb["advantages"], mb["mask"]), {}
+
+
+@dataclass(frozen=True)
+class SGDUpdate:
+    """A train_step node's function: minibatch SGD on the actor-critic, whose loss is `policy_loss` plus the value
+    loss and the entropy bonus. `one_epoch`: a single pass whatever --num_epochs says (REINFORCE);
+    `extra_keys`: inputs the policy loss reads too."""
+
+    policy_loss: PolicyLoss
+    one_epoch: bool = False
+    extra_keys: tuple[str, ...] = ()
+
+    def __call__(self, ctx: Context, x: Inputs) -> Inputs:
+        epochs = 1 if self.one_epoch else ctx.params.num_epochs
+        return {"train_stats": minibatch_sgd(ctx, x, self.policy_loss, epochs, self.extra_keys)}
+
+
+ppo_update = SGDUpdate(_ppo_policy_loss)
+policy_gradient_update = SGDUpdate(_pg_policy_loss, one_epoch=True)  # no ratio clipping: REINFORCE's −log π(a|s)·A
 
 
 def minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn: PolicyLoss, epochs: int,

@@ -47,9 +47,7 @@ def _ppo_with_teacher_loss(ctx: Context, dist, log_prob, mb) -> tuple[torch.Tens
     return policy_loss + ctx.params.teacher_kl_coeff * kl, {"teacher_kl": kl}
 
 
-def ppo_teacher_update(ctx: Context, x: Inputs) -> Inputs:
-    return {"train_stats": n.minibatch_sgd(ctx, x, _ppo_with_teacher_loss, ctx.params.num_epochs,
-                                           extra_keys=("teacher_params",))}
+ppo_teacher_update = n.SGDUpdate(_ppo_with_teacher_loss, extra_keys=("teacher_params",))
 
 
 def appo_teacher(params: LearningParams, rewards_key: str = "rewards") -> Algorithm:

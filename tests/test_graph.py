@@ -1,5 +1,6 @@
 """Dataflow graphs: validation errors, execution order, parameter versions, built-in algorithms."""
 
+import json
 import re
 
 import pytest
@@ -115,10 +116,10 @@ def test_visualize_writes_a_picture(tmp_path, algo):
         assert head.startswith(b"\x89PNG") if ext == "png" else b"<svg" in out.read_bytes()[:2000]
 
 
-def extract_doc_example() -> str:
+def extract_doc_example(marker: str = "kl-example") -> str:
     text = open(f"{REPO}/docs/algorithms.md").read()
-    match = re.search(r"<!-- kl-example -->\s*```python\n(.*?)```", text, re.S)
-    assert match, "docs/algorithms.md lost its KL-penalty example"
+    match = re.search(rf"<!-- {marker} -->\s*```python\n(.*?)```", text, re.S)
+    assert match, f"docs/algorithms.md lost its example {marker}"
     return match.group(1)
 
 
@@ -139,3 +140,31 @@ def test_docs_kl_penalty_example_runs_and_logs_kl(tmp_path):
     kl = [e.value for e in acc.Scalars("train/kl_ref")]
     assert kl and all(v == v for v in kl)  # logged, and finite numbers
     assert max(abs(v) for v in kl) > 0  # the policy moved away from its frozen initial copy
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_docs_policy_loss_recipe_trains_cartpole_and_logs_its_statistic(tmp_path):
+    (tmp_path / "my_loss.py").write_text(extract_doc_example("loss-example"))
+    result = launch.run(["--env=CartPole-v1", "--algo=APPO_KLPEN", "--env_module=my_loss", f"--train_dir={tmp_path}",
+                         "--experiment=loss", "--target_mean_return=475", "--train_for_env_steps=600000",
+                         "--experiment_summaries_interval=1"], timeout=180, cwd=str(tmp_path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.loads((tmp_path / "loss" / "training_summary.json").read_text())
+    assert summary["time_to_target"] is not None, summary["mean_return"]
+    assert "kl_penalty" in summary["final_learner_stats"]
+
+
+def test_with_policy_loss_swaps_only_the_update_loss_and_needs_one_update():
+    from sf_core.algo.algorithms import Algorithm, reinforce, with_policy_loss
+    from sf_core.algo.nodes import SGDUpdate
+    from sf_core.config import Config
+
+    def loss(ctx, dist, log_prob, mb):
+        return -log_prob.mean(), {}
+
+    swapped = with_policy_loss(reinforce(LearningParams.from_config(Config(env="x"))), loss)
+    updates = [node.fn for node in swapped.nodes if isinstance(node.fn, SGDUpdate)]
+    assert updates == [SGDUpdate(loss, one_epoch=True)]  # REINFORCE keeps its single pass
+    with pytest.raises(GraphError, match="one minibatch SGD update, it has 0"):
+        with_policy_loss(Algorithm([]), loss)
