@@ -29,6 +29,8 @@ from typing import Any, Sequence
 
 import gymnasium as gym
 
+from sf_core.envs.env_check import EnvContractError, reset_rule, step_rule
+
 
 class MultiAgentEnv(gym.Env):
     """Base class for multi-agent envs: set `num_agents` and the per-agent spaces in `__init__`."""
@@ -63,17 +65,30 @@ class SingleAgentAdapter:
         self.observation_space, self.action_space = env.observation_space, env.action_space
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[list, list[dict]]:
-        obs, info = self.env.reset(seed=seed, options=options)
+        obs, info = self._reset(seed=seed, options=options)
         return [obs], [info]
 
     def step(self, actions: Sequence[Any]) -> tuple[list, list[float], list[bool], list[bool], list[dict]]:
-        obs, reward, terminated, truncated, info = self.env.step(actions[0])
-        if terminated or truncated:
-            info = dict(info)  # the step's info (episode statistics) stays; the reset's is dropped
-            if truncated and not terminated:
-                info["final_obs"] = obs
-            obs, _ = self.env.reset()
+        result = self.env.step(actions[0])
+        try:
+            obs, reward, terminated, truncated, info = result
+            if terminated or truncated:
+                info = dict(info)  # the step's info (episode statistics) stays; the reset's is dropped
+                if truncated and not terminated:
+                    info["final_obs"] = obs
+                obs, _ = self._reset()
+        except (TypeError, ValueError):  # what the env returned does not unpack or test: say which rule it broke
+            rule = step_rule(result, self.observation_space)
+            if rule is None:
+                raise
+            raise EnvContractError(rule) from None
         return [obs], [reward], [terminated], [truncated], [info]
+
+    def _reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        result = self.env.reset(**kwargs)
+        if not isinstance(result, tuple) or len(result) != 2:  # a bare observation of 2 would unpack silently
+            raise EnvContractError(str(reset_rule(result, self.observation_space)))
+        return result
 
     def render(self) -> Any:
         return self.env.render()

@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Sequence
 
+from sf_core.envs.env_check import EnvContractError
 from sf_core.envs.registry import EnvNotFoundError
 from sf_core.cli import exit_process
 from sf_core.cli.arguments import build_parser, parse_args
@@ -36,7 +37,8 @@ def setup_logging() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Train; returns the exit code (0 done, 1 error, 2 bad flags, 130/143 interrupted)."""
+    """Train; returns the exit code (0 done, 1 error, 2 bad flags or an env that broke its contract, 130/143
+    interrupted)."""
     launched = time.time()
     setup_logging()
     if (problem := in_starting_worker()) is not None:
@@ -54,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return Runner(cfg, launched=launched).run()
+    except EnvContractError as exc:  # found before anything started, like a bad flag
+        print(f"sf_core.train: error: {exc}", file=sys.stderr)
+        return 2
     except (EnvNotFoundError, ConfigError) as exc:
         print(f"sf_core.train: error: {exc}", file=sys.stderr)
         return 1

@@ -62,6 +62,11 @@ class Config:
         "dead process, every component restarted from a fresh checkpoint. Both are counted in TensorBoard.",
         choices=("stop", "restart"),
     )
+    check_env: bool = flag(
+        True, "env", "Before anything starts, reset and step one env in the main process and check it keeps the "
+        "gymnasium API (or the multi-agent contract): spaces, return values, observation shapes and dtypes. A broken "
+        "one stops the run with one line naming the env and the rule (exit code 2). False skips the check (an env "
+        "that is expensive to step, or one whose first step must not happen outside a worker).")
     env_service: str = flag(
         "", "env", "Envs served by env servers (python -m sf_core.env_server) instead of built in the workers: "
         "host:port*capacity,... (e.g. 127.0.0.1:5555*4,127.0.0.1:5556*4) or a YAML file listing endpoints. "

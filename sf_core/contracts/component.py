@@ -2,8 +2,9 @@
 
 signal-slot-mp logs an exception raised in a slot and lets it kill the event loop. Here every slot
 is wrapped (`@guarded`) so the exception becomes a `ComponentError` carrying the component's name and
-the original traceback; the process that hosts the loop sends it to the runner (signal
-`component_error`), which stops training with that message instead of waiting for a timeout.
+the original traceback (for an env that broke its contract, only its one line); the process that hosts
+the loop sends it to the runner (signal `component_error`), which stops training with that message
+instead of waiting for a timeout.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, Callable
 import faster_fifo
 import torch
 from sf_core.common.logs import quiet_signal_slot_logs, setup_logging
+from sf_core.envs.env_check import EnvContractError
 from sf_core.contracts.control import ControlBlock
 from sf_core.contracts.signals import COMPONENT_ERROR, REPORT, RoutedSignal, Signal
 from sf_core.contracts.timing import PhaseClock
@@ -31,6 +33,8 @@ from signal_slot.signal_slot import EventLoop, EventLoopObject, EventLoopProcess
 
 
 SIGNAL_QUEUE_BYTES = 5_000_000
+
+log = logging.getLogger("sf_core")
 
 
 class ComponentError(RuntimeError):
@@ -66,7 +70,13 @@ def guarded(slot: Callable) -> Callable:
 
 
 def _describe(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+    """The error as the runner prints it: its traceback, or only its one line for an env that broke its contract
+    (the traceback would point into sf_core's buffers, not at the env; it goes to the debug log)."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+    if isinstance(exc, EnvContractError):
+        log.debug("%s", text)
+        return str(exc)
+    return text
 
 
 class Component(EventLoopObject):

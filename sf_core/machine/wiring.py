@@ -25,8 +25,11 @@ import gymnasium as gym
 import torch
 
 from sf_core.algo.conv_encoders import conv_summaries
+from sf_core.algo.distributions import action_storage
 from sf_core.algo.model import ActorCritic, ModelSpec, layer_summary
+from sf_core.algo.observations import obs_storage
 from sf_core.algo.registry import algorithm_builder
+from sf_core.envs.env_check import check_env
 from sf_core.envs.multi_agent import is_multi_agent, num_agents
 from sf_core.envs.registry import EnvContext, EnvRegistry
 from sf_core.common.user_code import UserCode
@@ -286,7 +289,8 @@ def check_user_code(cfg: Config, registry: EnvRegistry) -> None:
 
 
 def probe_spaces(cfg: Config, registry: EnvRegistry, seed: int) -> tuple[gym.Space, gym.Space, int]:
-    """The env's (per-agent) spaces and its number of agents, from one instance made here."""
+    """The env's (per-agent) spaces and its number of agents, from one instance made here; with --check_env, that
+    instance is first held to the env contract (envs/env_check.py): EnvContractError names the rule it broke."""
     served = services.probe_spaces(cfg, registry)
     if served is not None:
         return served
@@ -296,9 +300,18 @@ def probe_spaces(cfg: Config, registry: EnvRegistry, seed: int) -> tuple[gym.Spa
         if is_multi_agent(env) and cfg.batched_sampling:
             raise ConfigError(f"env {cfg.env!r} is a multi-agent env ({agents} agents): it needs "
                               f"--batched_sampling=False (batched sampling steps single-agent envs only)")
+        if cfg.check_env:  # this env is closed below: its reset and step change no env that trains
+            for warning in check_env(env, cfg.env, seed, agents if is_multi_agent(env) else None, supported_spaces):
+                log.warning("%s", warning)
         return env.observation_space, env.action_space, agents
     finally:
         env.close()
+
+
+def supported_spaces(obs_space: gym.Space, action_space: gym.Space) -> None:
+    """Raises ValueError for spaces the buffers and the model cannot hold (the env check reports it)."""
+    obs_storage(obs_space)
+    action_storage(action_space)
 
 
 def initial_model(cfg: Config, obs_space: gym.Space, action_space: gym.Space, seed: int,

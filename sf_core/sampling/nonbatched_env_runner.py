@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from sf_core.envs.multi_agent import as_multi_agent, num_agents
+from sf_core.envs.env_check import MULTI_AGENT_CONTRACT, reset_rule, step_rule
+from sf_core.envs.multi_agent import SingleAgentAdapter, as_multi_agent, num_agents
 from sf_core.envs.registry import EnvContext, EnvRegistry
-from sf_core.sampling.split_runner import EnvStepError, SplitRunner
+from sf_core.sampling.split_runner import STORE_ERRORS, EnvStepError, SplitRunner
 
 
 class NonBatchedEnvRunner(SplitRunner):
@@ -32,10 +33,15 @@ class NonBatchedEnvRunner(SplitRunner):
     def reset(self, slot: int) -> None:
         self.begin(slot)
         for e, env in enumerate(self.envs):
-            obs, infos = self.call(e, env.reset, seed=self.seeds[e])
-            self._check_count(e, "reset", obs, infos)
-            for a, row in enumerate(self.rows_of(e)):
-                self._store_obs(0, row, obs[a], infos[a])
+            result = self.call(e, env.reset, seed=self.seeds[e])
+            try:
+                obs, infos = result
+                self._check_count(e, "reset", obs, infos)
+                for a, row in enumerate(self.rows_of(e)):
+                    self._store_obs(0, row, obs[a], infos[a])
+            except STORE_ERRORS as exc:
+                self._diagnose(e, "reset", result, exc)
+                raise
 
     def step(self) -> bool:
         slot, t = self.slot, self.t
@@ -48,13 +54,18 @@ class NonBatchedEnvRunner(SplitRunner):
         for e, env in enumerate(self.envs):
             env_rows = self.rows_of(e)
             # inactive agents get an action too (the env ignores it): the contract is one per agent
-            obs, reward, term, trunc, infos = self.call(e, env.step, [self.to_env_action(actions[r]) for r in env_rows])
-            self._check_count(e, "step", obs, reward, term, trunc, infos)
-            for a, row in enumerate(env_rows):
-                if acting[row]:
-                    self._agent_step(e, a, row, float(reward[a]), bool(term[a]), bool(trunc[a]), infos[a],
-                                     rewards, terminated, truncated)
-                self._store_obs(t + 1, row, obs[a], infos[a])
+            result = self.call(e, env.step, [self.to_env_action(actions[r]) for r in env_rows])
+            try:  # costs nothing until it raises: then the env's values are checked to say what broke
+                obs, reward, term, trunc, infos = result
+                self._check_count(e, "step", obs, reward, term, trunc, infos)
+                for a, row in enumerate(env_rows):
+                    if acting[row]:
+                        self._agent_step(e, a, row, float(reward[a]), bool(term[a]), bool(trunc[a]), infos[a],
+                                         rewards, terminated, truncated)
+                    self._store_obs(t + 1, row, obs[a], infos[a])
+            except STORE_ERRORS as exc:
+                self._diagnose(e, "step", result, exc)
+                raise
         self.store_step(rewards, terminated, truncated)
         return bool(truncated.any())
 
@@ -91,5 +102,15 @@ class NonBatchedEnvRunner(SplitRunner):
     def _check_count(self, e: int, call: str, *values) -> None:
         A = self.layout.agents_per_env
         if any(len(v) != A for v in values):
-            raise EnvStepError(f"{self.env_name(e)} returned {[len(v) for v in values]} entries from {call}(): "
-                               f"a multi-agent env returns one per agent ({A})")
+            raise IndexError(f"{call}() returned {[len(v) for v in values]} entries, not one per agent ({A})")
+
+    def _diagnose(self, e: int, call: str, result: object, error: Exception) -> None:
+        """Storing what env e's `call` returned failed with `error`: raise the contract rule it broke, if any. A
+        single-agent env's values are the adapter's lists of one: the env itself is held to the gymnasium API."""
+        env = self.envs[e]
+        rule_of = reset_rule if call == "reset" else step_rule
+        if isinstance(env, SingleAgentAdapter):  # its values are lists of one, as the adapter builds them
+            self.raise_if_broken(e, rule_of(tuple(v[0] for v in result), env.observation_space), error)
+        else:
+            self.raise_if_broken(e, rule_of(result, env.observation_space, self.layout.agents_per_env), error,
+                                 MULTI_AGENT_CONTRACT)

@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from sf_core.algo.observations import ObsWriter
+from sf_core.envs.env_check import GYMNASIUM_API, EnvContractError
 from sf_core.envs.registry import EnvContext, EnvRegistry
 from sf_core.config import Config
 from sf_core.contracts.buffers import BufferLayout, TrajectoryBuffers
@@ -32,6 +33,10 @@ BUILT_IN_OBJECTIVES = ("episode_return", "win_rate")
 
 class EnvStepError(RuntimeError):
     pass
+
+
+# what a write of an env's values into the buffers (or a test of its flags) raises when they break the contract
+STORE_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError)
 
 
 def env_action_converter(space: gym.Space) -> Callable[[np.ndarray], Any]:
@@ -230,8 +235,18 @@ class SplitRunner:
     def call(self, e: int, fn: Callable, *args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except EnvContractError as exc:  # the single-agent adapter found what the env returned broken
+            raise exc.named(self.env_name(e)) from exc
         except Exception as exc:
             raise EnvStepError(f"{self.env_name(e)} raised in {fn.__name__}(): {type(exc).__name__}: {exc}") from exc
+
+    def raise_if_broken(self, e: int, rule: str | None, error: Exception | None,
+                        contract: str = GYMNASIUM_API) -> None:
+        """After storing what env e returned failed with `error`: if it broke the env contract (`rule`, from the
+        checks of envs/env_check.py, as the runner's check words it), raise that, naming the env; otherwise
+        return, for the caller to re-raise `error` (a bug of ours, with its traceback)."""
+        if rule is not None:
+            raise EnvContractError(rule, self.env_name(e), contract) from error
 
     def close(self) -> None:
         for env in self.envs:

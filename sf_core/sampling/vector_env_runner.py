@@ -15,7 +15,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from sf_core.sampling.split_runner import EnvStepError, SplitRunner
+from sf_core.envs.env_check import observation_rule, reset_rule, step_rule
+from sf_core.sampling.split_runner import STORE_ERRORS, EnvStepError, SplitRunner
 from sf_core.service.batch_step import BatchStepper, StepResult
 from sf_core.service.env_pool import EnvPool, SlotLost
 
@@ -29,8 +30,12 @@ class VectorEnvRunner(SplitRunner):
     def reset(self, slot: int) -> None:
         self.begin(slot)
         for e, env in enumerate(self.envs):
-            obs, _ = self.call(e, env.reset, seed=self.seeds[e])
-            self.writer.write(obs, self.obs[self.slot, 0, e])
+            obs = self._reset(e, seed=self.seeds[e])
+            try:
+                self.writer.write(obs, self.obs[self.slot, 0, e])
+            except STORE_ERRORS as exc:
+                self.raise_if_broken(e, observation_rule("reset", obs, env.observation_space), exc)
+                raise
 
     def step(self) -> bool:
         slot, t = self.slot, self.t
@@ -41,18 +46,22 @@ class VectorEnvRunner(SplitRunner):
         truncated = np.zeros(len(self.envs), dtype=bool)
         next_obs = self.obs[slot, t + 1]
         for e, (obs, reward, term, trunc, info, reset_obs) in enumerate(steps):
-            rewards[e] = reward
-            if term or trunc:
-                self.record_episode(e, reward, info)
-                if trunc and not term:  # the value of this final state bootstraps the cut episode
-                    truncated[e] = True
-                    self.writer.write(obs, self.final_obs[e])
-                terminated[e] = term
-                obs = reset_obs
-            else:
-                self.episode_return[e] += reward
-                self.episode_length[e] += 1
-            self.writer.write(obs, next_obs[e])
+            try:  # costs nothing until it raises: then the env's values are checked to say what broke
+                rewards[e] = reward
+                if term or trunc:
+                    self.record_episode(e, reward, info)
+                    if trunc and not term:  # the value of this final state bootstraps the cut episode
+                        truncated[e] = True
+                        self.writer.write(obs, self.final_obs[e])
+                    terminated[e] = term
+                    obs = reset_obs
+                else:
+                    self.episode_return[e] += reward
+                    self.episode_length[e] += 1
+                self.writer.write(obs, next_obs[e])
+            except STORE_ERRORS as exc:
+                self._diagnose(e, (obs, reward, term, trunc, info), reset_obs, exc)
+                raise
         self.store_step(rewards, terminated, truncated)
         return bool(truncated.any())
 
@@ -60,8 +69,29 @@ class VectorEnvRunner(SplitRunner):
         """Each env steps, and resets when its episode ended, one after the other (plain tuples, as
         StepResult's fields: this is the hot loop of in-process sampling)."""
         for e, env in enumerate(self.envs):
-            obs, reward, term, trunc, info = self.call(e, env.step, actions[e])
-            yield obs, reward, term, trunc, info, (self.call(e, env.reset)[0] if term or trunc else None)
+            result = self.call(e, env.step, actions[e])
+            try:
+                obs, reward, term, trunc, info = result
+                ended = term or trunc
+            except (TypeError, ValueError) as exc:
+                self.raise_if_broken(e, step_rule(result, env.observation_space), exc)
+                raise
+            yield obs, reward, term, trunc, info, (self._reset(e) if ended else None)
+
+    def _reset(self, e: int, **kwargs: Any) -> Any:
+        """Env e's first observation of a new episode (its reset's info is not read)."""
+        result = self.call(e, self.envs[e].reset, **kwargs)
+        if not isinstance(result, tuple) or len(result) != 2:  # a reset returning only obs would unpack silently
+            self.raise_if_broken(e, reset_rule(result, self.envs[e].observation_space), None)
+        return result[0]
+
+    def _diagnose(self, e: int, returned: tuple, reset_obs: Any, error: Exception) -> None:
+        """Storing env e's step (`returned`) failed with `error`: raise the rule it broke, if any."""
+        space = self.envs[e].observation_space
+        rule = step_rule(returned, space)
+        if rule is None and reset_obs is not None:
+            rule = observation_rule("reset", reset_obs, space)
+        self.raise_if_broken(e, rule, error)
 
     def _remote_steps(self, actions: list) -> list[StepResult]:
         results = self.batch.step(self.envs, actions, autoreset=True)
