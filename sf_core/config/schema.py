@@ -206,7 +206,7 @@ class Config:
     pbt_target_objective: str = flag(
         "episode_return", "policies", "What PBT ranks policies by: episode_return (mean recent return), "
         "win_rate (2-player games: mean win rate against the other policies), or the name of a number the env "
-        "puts in the info dict of an episode's last step.")
+        "puts in the info dict of an episode's last step (at its top level or in its episode_extra_stats).")
     pbt_hyperparams: list[str] = flag(
         ["learning_rate", "exploration_loss_coeff", "ppo_clip_ratio", "gamma"], "policies",
         "Hyperparameters PBT copies and mutates: names of numeric learning flags (gamma and gae_lambda are "

@@ -75,6 +75,8 @@ class RoutedSignal(Signal[P]):
 Episode = tuple[float, int, int, int]  # (return, length, agent index within its env, policy that played it)
 # a multi-agent env's episode, once every agent finished it: each agent's policy and return (win rates)
 Match = tuple[tuple[int, ...], tuple[float, ...]]
+# (policy, key, value): a scalar the env reported at an episode's end (sf_core/sampling/episode_metrics.py)
+Metric = tuple[int, str, float]
 
 
 @dataclass
@@ -100,6 +102,10 @@ class RolloutReport:
     # (policy, value) of --pbt_target_objective where the env reports it in an episode's last info
     objectives: list[tuple[int, float]] = field(default_factory=list)
     sampler: int = 0  # --ray_address: the sampler the worker runs in (every node has a worker 0)
+    # one entry per value: the runner keeps a window of the last --stats_window episodes per key, which sums
+    # per report could not give; only episode ends add any, so the list stays as short as `episodes`
+    metrics: list[Metric] = field(default_factory=list)
+    skipped_metrics: dict[str, str] = field(default_factory=dict)  # key -> why a value was skipped (once per key)
 
 
 def inference_worker_name(policy: int, index: int, num_policies: int) -> str:

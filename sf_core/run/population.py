@@ -141,6 +141,7 @@ class Population:
         for r in replacements:  # its recent returns were the replaced weights'
             stats.policies[r.policy].returns.clear()
             stats.policies[r.policy].objectives.clear()
+            stats.metrics.forget(r.policy)
             if stats.win_rates is not None:
                 stats.win_rates.forget(r.policy)
         return replacements
