@@ -114,6 +114,21 @@ def inference_worker_name(policy: int, index: int, num_policies: int) -> str:
 
 
 @dataclass
+class EvalReport:
+    """A deterministic evaluation (--eval_every_env_steps) of `path`, a checkpoint of `policy`: its episodes' returns
+    and lengths, and the means of the episode metrics the env reported."""
+
+    policy: int
+    path: str
+    version: int
+    frames: int  # env frames the run had trained on when the checkpoint was saved
+    returns: list[float]
+    lengths: list[int]
+    metrics: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+@dataclass
 class InferenceReport:
     index: int
     policy: int
@@ -156,7 +171,8 @@ class LearnerRankReport:
     node: str
 
 
-Report = RolloutReport | InferenceReport | LearnerReport | SamplerReport | LearnerRankReport | TimingReport
+Report = (RolloutReport | InferenceReport | LearnerReport | SamplerReport | LearnerRankReport | TimingReport
+          | EvalReport)
 
 
 # ------------------------------------------------------------------------------- the data flow, in order
@@ -270,6 +286,14 @@ def _checkpoint_saved(path: str) -> None:
 CHECKPOINT_SAVED = Signal("checkpoint_saved", _checkpoint_saved, "learner", "runner")
 
 
+def _evaluate(policy: int, path: str) -> None:
+    """--eval_every_env_steps: play deterministic episodes with checkpoint `path` of policy `policy`, on an env of
+    the evaluator's own, and report how it did (an `EvalReport`)."""
+
+
+EVALUATE = Signal("evaluate", _evaluate, "runner", "the evaluator")
+
+
 def _report(report: Report) -> None:
     """Frames, episodes, timings and losses since the component's previous report."""
 
@@ -293,4 +317,4 @@ STOP = Signal("stop", _stop, "runner", "every component")
 
 ALL: tuple[Signal, ...] = (POLICY_REQUEST, FLUSH_REQUESTS, ADVANCE, ENVS_STEPPED, NEW_TRAJECTORIES, BATCH_READY,
                            BATCH_CONSUMED, SLOTS_FREED, SHARD_TAKEN, SHARDS_ARRIVED, SAVE_CHECKPOINT, PBT_REPLACE,
-                           CHECKPOINT_SAVED, REPORT, COMPONENT_ERROR, STOP)
+                           CHECKPOINT_SAVED, EVALUATE, REPORT, COMPONENT_ERROR, STOP)
