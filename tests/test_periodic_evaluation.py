@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 
 import gymnasium as gym
 import pytest
@@ -110,8 +111,34 @@ def test_the_evaluator_plays_the_same_deterministic_episodes_on_an_evaluation_en
         assert (first.version, first.frames, first.policy) == (3, 500, 0)
         assert len(contexts) == 1 and contexts[0].evaluation and contexts[0].seed == CFG.seed + EVAL_SEED_OFFSET
         assert evaluator.evaluate_now(0, path, stopping=lambda: True) is None  # the run stops: no result
+        # the end of a run: its final weights are evaluated once, unless it stopped on an error or a signal
+        stats = TrainingStats(window=10, writer=Scalars())
+        evaluations = Evaluations(CFG, [str(tmp_path)])
+        evaluations.start(stats)
+        evaluations.finish(evaluator, stats, ended_well=False)
+        assert "last" not in stats.evaluation and not os.path.exists(tmp_path / checkpoint.BEST)
+        evaluations.finish(evaluator, stats, ended_well=True)
+        assert stats.evaluation["last"]["policy_version"] == 3 and best_version(str(tmp_path)) == 3
+        assert stats.writer.scalars["eval/mean_return"] == [(500, pytest.approx(sum(first.returns) / 2))]
+        evaluations.finish(evaluator, stats, ended_well=True)  # those weights were evaluated already
+        assert len(stats.writer.scalars["eval/mean_return"]) == 1
+        assert not [f for f in os.listdir(tmp_path) if f.startswith(checkpoint.HELD)]
     finally:
         evaluator.close()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--eval_every_env_steps=-5"], "--eval_every_env_steps must be at least 0 (0: no evaluation), got -5"),
+    (["--eval_every_env_steps=1000", "--eval_episodes=0"], "--eval_episodes must be at least 1, got 0"),
+    (["--eval_every_env_steps=1000", "--env_service=skip:CartPole-v1"],
+     "--eval_every_env_steps does not work with --env_service"),
+])
+def test_bad_evaluation_flags_are_one_message(argv, message):
+    from sf_core.cli.arguments import parse_args
+    from sf_core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_args(["--env=CartPole-v1", *argv])
 
 
 @pytest.mark.slow
