@@ -118,3 +118,16 @@ def final_returns(experiment_path, episodes: int = 8) -> list[float]:
                 total, done = total + reward, terminated or truncated
         returns.append(total / episodes)
     return returns
+
+
+class Scalars:
+    """A TensorBoard writer that keeps what it is given: tag -> [(step, value)]."""
+
+    def __init__(self):
+        self.scalars: dict[str, list[tuple[int, float]]] = {}
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        self.scalars.setdefault(tag, []).append((step, float(value)))
+
+    def flush(self) -> None:
+        pass

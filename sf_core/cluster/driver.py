@@ -26,7 +26,8 @@ from sf_core.contracts.sample import SampleSpaces
 from sf_core.learning.group.link import plan_elsewhere
 from sf_core.learning.learner import Learner, learner_name
 from sf_core.machine.start_method import mp_context, start_method
-from sf_core.machine.wiring import Setup, Topology
+from sf_core.machine.wiring import Setup, Topology, add_evaluator
+from sf_core.sampling.periodic_evaluator import EVALUATOR
 
 INGEST = "shard_ingest"
 
@@ -38,7 +39,8 @@ def build_driver_components(setup: Setup, runner: Component) -> Topology:
     cfg = replace(setup.cfg, serial_mode=False)
     ctx = mp_context(start_method(cfg.mp_start_method, setup.device))
     n = cfg.num_policies
-    control = ControlBlock([*(learner_name(p, n) for p in range(n)), INGEST])
+    evaluator = [EVALUATOR] if cfg.eval_every_env_steps else []  # on this machine, beside the learners
+    control = ControlBlock([*(learner_name(p, n) for p in range(n)), INGEST, *evaluator])
     topology = Topology(control=control)
     for model, version in zip(setup.models, setup.versions):
         topology.weights.append(SharedWeights(model, make_lock(cfg.serial_mode, ctx)))
@@ -66,6 +68,8 @@ def build_driver_components(setup: Setup, runner: Component) -> Topology:
     ingest_proc.death_hint = (": it is this run's Ray driver, which Ray ends when the cluster's head (or this "
                               "machine's Ray node) is gone; Ray's own message is above")
     topology.components = [*topology.learners, ingest]
+    if evaluator:
+        add_evaluator(setup, topology, runner, *loop_of(EVALUATOR))
     sig.SHARDS_ARRIVED.connect(ingest, ingest.shards_arrived)
     for p, learner in enumerate(topology.learners):
         sig.BATCH_READY.connect(ingest.ports[p], learner.batch_ready)

@@ -10,7 +10,7 @@ from sf_core.config.schema import Config, ConfigError, register_check
 
 POSITIVE = ("num_workers", "num_envs_per_worker", "worker_num_splits", "policy_workers_per_policy", "num_policies",
             "num_learners", "rollout", "batch_size", "num_batches_per_epoch", "num_epochs", "torch_threads",
-            "stats_window", "env_frameskip", "keep_checkpoints")
+            "stats_window", "env_frameskip", "keep_checkpoints", "eval_episodes")
 POSITIVE_NUMBERS = ("learning_rate", "train_for_seconds", "heartbeat_timeout", "report_interval",
                     "experiment_summaries_interval", "save_every_sec", "env_service_timeout",
                     "env_service_recheck_interval", "env_service_down_timeout")
@@ -29,6 +29,9 @@ def check_ranges(cfg: Config) -> None:
             raise ConfigError(f"--{name} must be a positive number, got {value}")
     if cfg.max_policy_lag < 0:
         raise ConfigError(f"--max_policy_lag must be at least 0, got {cfg.max_policy_lag}")
+    if cfg.eval_every_env_steps < 0:
+        raise ConfigError(f"--eval_every_env_steps must be at least 0 (0: no evaluation), got "
+                          f"{cfg.eval_every_env_steps}")
     if cfg.train_for_env_steps < 1:
         raise ConfigError(f"--train_for_env_steps must be at least 1, got {cfg.train_for_env_steps}")
     for name in ("gamma", "gae_lambda"):

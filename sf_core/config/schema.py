@@ -48,6 +48,13 @@ class Config:
     train_for_seconds: float = flag(1e10, "experiment", "Stop after this many seconds of training.")
     save_every_sec: float = flag(120.0, "experiment", "Seconds between checkpoints (also saved at every stop).")
     keep_checkpoints: int = flag(2, "experiment", "Periodic checkpoints kept (the best one is kept as well).")
+    eval_every_env_steps: int = flag(
+        0, "experiment", "Evaluate each policy every this many env frames (0: never): --eval_episodes episodes with "
+        "deterministic actions on an env of the evaluator's own, in a process beside training. The results go to "
+        "TensorBoard (eval/*) and training_summary.json (evaluation), and best.pt becomes the checkpoint with the "
+        "best evaluation instead of the best training return. A run that ends on a stop condition evaluates its final "
+        "weights too.")
+    eval_episodes: int = flag(10, "experiment", "Episodes per evaluation (--eval_every_env_steps).")
     target_mean_return: float = flag(
         float("inf"), "experiment", "Stop once the mean return of the last --stats_window episodes reaches this."
     )
@@ -211,7 +218,7 @@ class Config:
     pbt_target_objective: str = flag(
         "episode_return", "policies", "What PBT ranks policies by: episode_return (mean recent return), "
         "win_rate (2-player games: mean win rate against the other policies), or the name of a number the env "
-        "puts in the info dict of an episode's last step.")
+        "puts in the info dict of an episode's last step (at its top level or in its episode_extra_stats).")
     pbt_hyperparams: list[str] = flag(
         ["learning_rate", "exploration_loss_coeff", "ppo_clip_ratio", "gamma"], "policies",
         "Hyperparameters PBT copies and mutates: names of numeric learning flags (gamma and gae_lambda are "

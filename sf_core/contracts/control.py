@@ -22,7 +22,7 @@ import torch
 ACTIVITIES = ("starting", "waiting for signals", "stepping envs", "resetting envs", "policy forward pass",
               "copying trajectories into a dataset", "training on a dataset", "saving a checkpoint", "stopped",
               "recovering env slots", "waiting for env slots", "joining the Ray cluster", "taking shards",
-              "stopping the samplers")
+              "stopping the samplers", "evaluating a checkpoint")
 CODE = {name: i for i, name in enumerate(ACTIVITIES)}
 STARTUP_TIMEOUT_SEC = 120.0
 

@@ -75,6 +75,8 @@ class RoutedSignal(Signal[P]):
 Episode = tuple[float, int, int, int]  # (return, length, agent index within its env, policy that played it)
 # a multi-agent env's episode, once every agent finished it: each agent's policy and return (win rates)
 Match = tuple[tuple[int, ...], tuple[float, ...]]
+# (policy, key, value): a scalar the env reported at an episode's end (sf_core/sampling/episode_metrics.py)
+Metric = tuple[int, str, float]
 
 
 @dataclass
@@ -100,11 +102,30 @@ class RolloutReport:
     # (policy, value) of --pbt_target_objective where the env reports it in an episode's last info
     objectives: list[tuple[int, float]] = field(default_factory=list)
     sampler: int = 0  # --ray_address: the sampler the worker runs in (every node has a worker 0)
+    # one entry per value: the runner keeps a window of the last --stats_window episodes per key, which sums
+    # per report could not give; only episode ends add any, so the list stays as short as `episodes`
+    metrics: list[Metric] = field(default_factory=list)
+    skipped_metrics: dict[str, str] = field(default_factory=dict)  # key -> why a value was skipped (once per key)
 
 
 def inference_worker_name(policy: int, index: int, num_policies: int) -> str:
     """An inference worker's component name (the address rollout workers' requests go to)."""
     return f"{per_policy('inference_worker', policy, num_policies)}_{index}"
+
+
+@dataclass
+class EvalReport:
+    """A deterministic evaluation (--eval_every_env_steps) of `path`, a checkpoint of `policy`: its episodes' returns
+    and lengths, and the means of the episode metrics the env reported."""
+
+    policy: int
+    path: str
+    version: int
+    frames: int  # env frames the run had trained on when the checkpoint was saved
+    returns: list[float]
+    lengths: list[int]
+    metrics: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
 
 
 @dataclass
@@ -150,7 +171,8 @@ class LearnerRankReport:
     node: str
 
 
-Report = RolloutReport | InferenceReport | LearnerReport | SamplerReport | LearnerRankReport | TimingReport
+Report = (RolloutReport | InferenceReport | LearnerReport | SamplerReport | LearnerRankReport | TimingReport
+          | EvalReport)
 
 
 # ------------------------------------------------------------------------------- the data flow, in order
@@ -264,6 +286,14 @@ def _checkpoint_saved(path: str) -> None:
 CHECKPOINT_SAVED = Signal("checkpoint_saved", _checkpoint_saved, "learner", "runner")
 
 
+def _evaluate(policy: int, path: str) -> None:
+    """--eval_every_env_steps: play deterministic episodes with checkpoint `path` of policy `policy`, on an env of
+    the evaluator's own, and report how it did (an `EvalReport`)."""
+
+
+EVALUATE = Signal("evaluate", _evaluate, "runner", "the evaluator")
+
+
 def _report(report: Report) -> None:
     """Frames, episodes, timings and losses since the component's previous report."""
 
@@ -287,4 +317,4 @@ STOP = Signal("stop", _stop, "runner", "every component")
 
 ALL: tuple[Signal, ...] = (POLICY_REQUEST, FLUSH_REQUESTS, ADVANCE, ENVS_STEPPED, NEW_TRAJECTORIES, BATCH_READY,
                            BATCH_CONSUMED, SLOTS_FREED, SHARD_TAKEN, SHARDS_ARRIVED, SAVE_CHECKPOINT, PBT_REPLACE,
-                           CHECKPOINT_SAVED, REPORT, COMPONENT_ERROR, STOP)
+                           CHECKPOINT_SAVED, EVALUATE, REPORT, COMPONENT_ERROR, STOP)

@@ -6,10 +6,7 @@
     action = policy.act([obs], episode)[0]                  # what env.step expects
 
 The model is rebuilt from the experiment's config.json exactly as it was trained. It acts as the rollout
-workers do: observations packed by `ObsWriter` (Dict/Tuple spaces into one byte row), the recurrent
-state carried from step to step, actions converted for `env.step`. The state lives in an `EpisodeState`,
-not in the policy, so one policy (one copy of the weights) can serve many episodes at once: the
-evaluator's task threads share it.
+workers do (`TrainedPolicy`, sf_core/sampling/trained_policy.py, which training's periodic evaluation shares).
 
 A run of several policies (--num_policies) keeps each one's checkpoints in its own folder; the loader
 takes the policy asked for (`policy_index`) or, by default, the best one
@@ -19,20 +16,18 @@ takes the policy asked for (`policy_index`) or, by default, the best one
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import gymnasium as gym
-import torch
 
 from sf_core.algo.model import ActorCritic, ModelSpec
-from sf_core.algo.observations import ObsWriter, obs_storage
 from sf_core.config import Config, ConfigError
 from sf_core.records import checkpoint
 from sf_core.records.experiment import load_config
 from sf_core.records.policy_choice import find_file
-from sf_core.sampling.split_runner import env_action_converter
+from sf_core.sampling.trained_policy import EpisodeState, TrainedPolicy
+
+__all__ = ["EpisodeState", "PolicyCheckpoint", "TrainedPolicy", "load_checkpoint", "locate_checkpoint"]
 
 log = logging.getLogger("sf_core")
 
@@ -81,43 +76,3 @@ def load_checkpoint(experiment_path: str, which: str = "latest", device: str = "
     state = checkpoint.load(path, map_location=device)
     return PolicyCheckpoint(cfg, path, int(state["version"]), state["model"], spec,
                             int(state.get("runner", {}).get("frames", 0)), index, dict(state.get("hyperparams", {})))
-
-
-class EpisodeState:
-    """What a recurrent policy remembers during one episode, one row per agent (zeros: nothing yet)."""
-
-    def __init__(self, rnn: torch.Tensor):
-        self.rnn = rnn  # [agents, rnn_state_size]
-
-    def agent_done(self, agent: int) -> None:
-        """That agent's episode ended (a multi-agent env goes on): its next one starts from zeros."""
-        self.rnn[agent] = 0.0
-
-
-class TrainedPolicy:
-    """A loaded model acting in an env with the given spaces. Holds no per-episode state, so several
-    threads may act with it at once, each with its own EpisodeState."""
-
-    def __init__(self, model: ActorCritic, obs_space: gym.Space, action_space: gym.Space, deterministic: bool,
-                 device: str = "cpu"):
-        self.model, self.deterministic, self.device = model, deterministic, device
-        self.writer = ObsWriter(obs_space)
-        self.row_shape, self.row_dtype = obs_storage(obs_space)
-        self.to_env_action = env_action_converter(action_space)
-
-    def start_episode(self, agents: int = 1) -> EpisodeState:
-        return EpisodeState(self.model.initial_state(agents, self.device))
-
-    @torch.no_grad()
-    def act(self, observations: Sequence[Any], episode: EpisodeState, deterministic: bool | None = None) -> list[Any]:
-        """One env action per agent's observation; advances the episode's recurrent state. `deterministic`:
-        the most likely action, or a sampled one (None: as the policy was made)."""
-        rows = torch.zeros((len(observations), *self.row_shape), dtype=self.row_dtype)
-        for i, obs in enumerate(observations):
-            self.writer.write(obs, rows.numpy()[i])
-        params, _, episode.rnn = self.model.step(rows.to(self.device), episode.rnn)
-        dist = self.model.distribution(params)
-        if deterministic is None:
-            deterministic = self.deterministic
-        actions = (dist.mode() if deterministic else dist.sample()).cpu().numpy()
-        return [self.to_env_action(a) for a in actions]

@@ -11,7 +11,7 @@ import importlib
 from sf_core.machine.heap import collector_paused
 
 MODULES = ("torch", "numpy", "gymnasium", "sf_core.sampling.rollout_worker", "sf_core.sampling.inference_worker",
-           "sf_core.learning.batcher", "sf_core.learning.learner")
+           "sf_core.learning.batcher", "sf_core.learning.learner", "sf_core.sampling.periodic_evaluator")
 
 with collector_paused():
     for module in MODULES:

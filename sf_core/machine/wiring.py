@@ -45,6 +45,7 @@ from sf_core.learning.learner import Learner, learner_name
 from sf_core.machine.start_method import mp_context, start_method
 from sf_core.sampling import policy_mapping
 from sf_core.sampling.inference_worker import InferenceWorker
+from sf_core.sampling.periodic_evaluator import EVALUATOR, Evaluator
 from sf_core.sampling.rollout_worker import RolloutWorker
 from sf_core.service import training as services
 from signal_slot.signal_slot import EventLoop
@@ -61,6 +62,7 @@ class Topology:
     learners: list[Learner] = field(default_factory=list)  # one per policy
     weights: list[SharedWeights] = field(default_factory=list)  # one per policy
     host: dict[str, ComponentProcess] = field(default_factory=dict)  # component name -> its process (async)
+    evaluator: Evaluator | None = None  # --eval_every_env_steps
 
     def dead_components(self) -> list[Component]:
         return [c for c in self.components if c.name in self.host and not self.host[c.name].is_alive()]
@@ -141,7 +143,8 @@ def component_names(cfg: Config, sink: DatasetSink | None = None) -> list[str]:
     learners = [(sink.name if sink else learner_name)(p, n) for p in range(n)]
     return ([sig.inference_worker_name(p, i, n) for p in range(n) for i in range(cfg.policy_workers_per_policy)]
             + [f"rollout_worker_{w}" for w in range(cfg.num_workers)]
-            + learners + [batcher_name(p, n) for p in range(n)])
+            + learners + [batcher_name(p, n) for p in range(n)]
+            + ([EVALUATOR] if cfg.eval_every_env_steps and sink is None else []))
 
 
 @dataclass
@@ -217,8 +220,24 @@ def build_components(setup: Setup, runner: Component, sink: DatasetSink | None =
     topology.processes.sort(key=lambda proc: next((k for k, kind in enumerate(order) if proc.name.startswith(kind)), 2))
     topology.components = [*workers, *(c for pc in policies for c in (*pc.inference, pc.learner, pc.batcher))]
     topology.learners = [pc.learner for pc in policies]
+    if cfg.eval_every_env_steps and sink is None:
+        loop, proc = host(EVALUATOR)
+        add_evaluator(setup, topology, runner, loop, proc)
     _connect(runner, topology.components, workers, policies)
     return topology
+
+
+def add_evaluator(setup: Setup, topology: Topology, runner: Component, loop: EventLoop,
+                  proc: ComponentProcess | None) -> None:
+    """--eval_every_env_steps: the evaluator (sf_core/sampling/periodic_evaluator.py), on `loop`; its report, error
+    and stop connections are made with every other component's."""
+    evaluator = Evaluator(loop, setup.cfg, setup.registry, setup.obs_space, setup.action_space,
+                          setup.models[0].spec, topology.control)
+    if proc:
+        proc.reporter = evaluator
+    topology.evaluator = evaluator
+    topology.components.append(evaluator)
+    sig.EVALUATE.connect(runner, evaluator.evaluate)
 
 
 def _build_policy(setup: Setup, p: int, buffers: TrajectoryBuffers, layout: BufferLayout, topology: Topology,

@@ -1,4 +1,6 @@
-"""Checkpoint files: written atomically, the last few kept, plus the best by mean episode return.
+"""Checkpoint files: written atomically, the last few kept, plus the best: by mean episode return, or with
+--eval_every_env_steps by evaluation (a checkpoint held for its evaluation becomes best.pt, and
+`evaluation.json` records the best and the last evaluations, so the best survives a resume).
 
 A checkpoint is a dict of tensors and plain Python values, loadable with `torch.load(weights_only=True)`:
 model (state_dict, including normalisation statistics), optimizer, policy version, samples trained,
@@ -9,6 +11,7 @@ models (`extra_models`) and the run's flags (`config`).
 from __future__ import annotations
 
 import glob
+import json
 import os
 import random
 import shutil
@@ -20,6 +23,8 @@ from sf_core.contracts.names import per_policy
 
 PATTERN = "checkpoint_v{version:09d}_f{frames:012d}.pt"
 BEST = "best.pt"
+HELD = "eval_"  # prefix of a checkpoint held for its evaluation, beside the periodic ones
+EVALUATIONS = "evaluation.json"
 
 
 def checkpoint_dir(experiment_path: str, policy: int = 0, num_policies: int = 1) -> str:
@@ -30,6 +35,11 @@ def checkpoint_dir(experiment_path: str, policy: int = 0, num_policies: int = 1)
 def list_checkpoints(directory: str) -> list[str]:
     """Periodic checkpoints, oldest first (names sort by version)."""
     return sorted(glob.glob(os.path.join(directory, "checkpoint_v*_f*.pt")))
+
+
+def version_of(path: str) -> int:
+    """The policy version in a checkpoint's file name (PATTERN)."""
+    return int(os.path.basename(path).split("_v", 1)[1].split("_", 1)[0])
 
 
 def latest_checkpoint(directory: str) -> str | None:
@@ -57,6 +67,55 @@ def save(directory: str, state: dict, keep: int, is_best: bool) -> str:
     for old in list_checkpoints(directory)[:-keep]:
         os.remove(old)
     return path
+
+
+def hold_for_evaluation(path: str) -> str | None:
+    """A second name for checkpoint `path`, which its rotation (--keep_checkpoints) leaves alone until the
+    evaluation decides whether it becomes best.pt; None if the file is gone already."""
+    held = os.path.join(os.path.dirname(path), HELD + os.path.basename(path))
+    try:
+        os.link(path, held)  # instant, and no second copy on disk
+    except FileNotFoundError:
+        return None
+    except FileExistsError:
+        pass
+    except OSError:  # a file system without hard links
+        try:
+            _atomic_copy(path, held)
+        except FileNotFoundError:
+            return None
+    return held
+
+
+def make_best(held: str) -> None:
+    """A held checkpoint becomes best.pt (atomically)."""
+    os.replace(held, os.path.join(os.path.dirname(held), BEST))
+    _fsync_dir(os.path.dirname(held))
+
+
+def drop_held(directory: str) -> None:
+    """Held checkpoints whose evaluation never came (the run stopped meanwhile)."""
+    for path in glob.glob(os.path.join(directory, HELD + "checkpoint_v*_f*.pt")):
+        os.remove(path)
+
+
+def load_evaluations(directory: str) -> dict:
+    """evaluation.json of a policy's folder: {"best": ..., "last": ...}; empty if there is none (yet)."""
+    try:
+        with open(os.path.join(directory, EVALUATIONS)) as f:
+            found = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def save_evaluations(directory: str, evaluations: dict) -> None:
+    path = os.path.join(directory, EVALUATIONS)
+    with open(f"{path}.tmp", "w") as f:
+        json.dump(evaluations, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(f"{path}.tmp", path)
 
 
 def load(path: str, map_location: str = "cpu") -> dict:

@@ -66,11 +66,18 @@ class Experiment:
             os.fsync(f.fileno())
         os.replace(tmp, os.path.join(self.path, name))
 
-    def summary_writer(self, start_frames: int = 0) -> "DeferredSummaryWriter":
+    def summary_writer(self, start_frames: int = 0):
         """TensorBoard writer; on resume, events logged after the checkpoint (lost work) are purged
-        so the curves continue from where the checkpoint left them."""
-        return DeferredSummaryWriter(log_dir=os.path.join(self.path, "tb"), flush_secs=10,
-                                     purge_step=start_frames if start_frames > 0 else None)
+        so the curves continue from where the checkpoint left them. With --with_wandb=True, a writer that
+        also logs to W&B (sf_core/records/wandb_logging.py). Made after the component processes started:
+        TensorBoard's writer runs a thread and wandb a service process, which a fork must not copy."""
+        writer = DeferredSummaryWriter(log_dir=os.path.join(self.path, "tb"), flush_secs=10,
+                                       purge_step=start_frames if start_frames > 0 else None)
+        if self.cfg.with_wandb:
+            from sf_core.records import wandb_logging
+
+            return wandb_logging.WandbWriter(writer, wandb_logging.init_run(self.cfg, self.path))
+        return writer
 
 
 class DeferredSummaryWriter:

@@ -113,7 +113,8 @@ class Population:
             state = stats.checkpoint_state(policy.best_mean_return, p)
             if self.pbt is not None:
                 state["pbt"] = self.pbt.state_dict()
-            requests.append((state, is_best))
+            # with --eval_every_env_steps the evaluations choose best.pt (sf_core/run/evaluations.py)
+            requests.append((state, is_best and not self.cfg.eval_every_env_steps))
         return requests
 
     def last_checkpoints(self) -> list[str | None]:
@@ -141,6 +142,7 @@ class Population:
         for r in replacements:  # its recent returns were the replaced weights'
             stats.policies[r.policy].returns.clear()
             stats.policies[r.policy].objectives.clear()
+            stats.metrics.forget(r.policy)
             if stats.win_rates is not None:
                 stats.win_rates.forget(r.policy)
         return replacements

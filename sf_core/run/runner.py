@@ -1,7 +1,7 @@
 """Runner: sets up an experiment, starts every component, watches it, checkpoints, and stops it.
 
 Signals in: report, component_error (stop with its message), checkpoint_saved. Out: save_checkpoint
-(periodically and at every stop), stop (sf_core/contracts/signals.py).
+(periodically and at every stop), evaluate (sf_core/run/evaluations.py), stop (sf_core/contracts/signals.py).
 
 The components themselves are built and connected by `sf_core.machine.wiring`.
 """
@@ -28,12 +28,13 @@ from sf_core.config import Config, ConfigError
 from sf_core.contracts.component import (Component, ComponentError, Routing, guarded, reuse_freed_memory,
                                          start_loop_watchdog)
 from sf_core.contracts.sample import BATCH_KEYS
-from sf_core.contracts.signals import PBT_REPLACE, SAVE_CHECKPOINT, STOP, Report, RoutedSignal, Signal
+from sf_core.contracts.signals import EVALUATE, PBT_REPLACE, SAVE_CHECKPOINT, STOP, Report, RoutedSignal, Signal
 from sf_core.learning.group.link import GroupError
 from sf_core.machine.device import training_device
 from sf_core.machine.wiring import Setup, Topology, build_components, check_user_code, initial_model, probe_spaces
 from sf_core.records import wandb_logging
 from sf_core.records.experiment import Experiment
+from sf_core.run.evaluations import Evaluations
 from sf_core.run.population import Population
 from sf_core.run.progress import Progress
 from sf_core.run.stats import TrainingStats
@@ -69,6 +70,7 @@ class Runner(Component):
         self._stats: TrainingStats | None = None  # made once the processes run (its writer has a thread)
         self.progress: Progress | None = None  # the console's bar, on a terminal (made with the stats)
         self.population = Population(self.cfg, self.experiment.path)  # each policy's checkpoints, PBT
+        self.evaluations = Evaluations(self.cfg, self.population.dirs)  # --eval_every_env_steps; best.pt
         self.exit_code: int | None = None
         self.error: str | None = None
         self.dead_since: dict[str, float] = {}
@@ -173,17 +175,11 @@ class Runner(Component):
         if self._stats is None:
             # after the processes start: the TensorBoard writer runs a thread, which a fork must not copy
             start_frames = self.population.resumed["frames"] if self.population.resumed else 0
-            n = self.cfg.num_policies
-            counts = {"env_step": self.cfg.num_workers, "inference": self.cfg.policy_workers_per_policy * n,
-                      "learner": n}
-            writer = self.experiment.summary_writer(start_frames)
-            if self.cfg.with_wandb:  # like the TensorBoard writer, after the fork: wandb runs a service process
-                writer = wandb_logging.WandbWriter(writer, wandb_logging.init_run(self.cfg, self.experiment.path))
-            self._stats = TrainingStats(self.cfg.stats_window, writer, self.launched, counts, n)
-            for name, at in self.marks.items():
-                self.stats.accounting.mark(name, at)
+            writer = self.experiment.summary_writer(start_frames)  # W&B's too, with --with_wandb=True
+            self._stats = TrainingStats.for_run(self.cfg, writer, self.launched, self.marks)
             self.population.restore(self.stats)
             self.progress = Progress(self.cfg, self.launched)
+        self.evaluations.start(self.stats)
         self.last_summary = self.last_console = self.last_save = time.time()
 
     def _restart_components(self) -> bool:
@@ -214,7 +210,8 @@ class Runner(Component):
     # ---------------------------------------------------------------- slots
     @guarded
     def on_report(self, report: Report) -> None:
-        self.stats.add(report)
+        if not self.evaluations.take(report, self.stats):  # an evaluation's result, else the run's statistics
+            self.stats.add(report)
 
     @guarded
     def on_component_error(self, component: str, details: str) -> None:
@@ -232,6 +229,7 @@ class Runner(Component):
     def on_checkpoint_saved(self, path: str) -> None:
         self.last_checkpoint = path
         self.saved_at_shutdown = self.stopping
+        self.evaluations.saved(path, lambda *evaluate: self._emit(EVALUATE, *evaluate))
         self.stats.checkpoints_saved += 1
 
     @guarded
@@ -249,7 +247,7 @@ class Runner(Component):
         if now - self.last_console >= cfg.report_interval:
             log.info(stats.console_line())
             self.last_console = now
-        if now - self.last_save >= cfg.save_every_sec:
+        if self.evaluations.due(stats.frames) or now - self.last_save >= cfg.save_every_sec:
             self._request_checkpoint()
             self.last_save = now
         self._check_health(now)
@@ -375,6 +373,7 @@ class Runner(Component):
             self.progress.close()
         if self._stats is None:
             return
+        self.evaluations.finish(self.topology.evaluator, self.stats, self.exit_code == EXIT_OK)
         self.stats.write_summaries()
         if self.stats.writer is not None:
             self.stats.writer.close()

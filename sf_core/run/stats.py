@@ -9,9 +9,12 @@ from collections import deque
 import numpy as np
 
 from sf_core.cluster.cluster_stats import ClusterStats
+from sf_core.config import Config
 from sf_core.contracts.signals import (InferenceReport, LearnerRankReport, LearnerReport, Report, RolloutReport,
                                        SamplerReport, inference_worker_name)
 from sf_core.contracts.timing import TimingReport
+from sf_core.run.busy_shares import MIN_TENSORBOARD_WINDOW_SEC, BusyShares
+from sf_core.run.episode_metrics import EpisodeMetrics
 from sf_core.run.time_accounting import TimeAccounting
 from sf_core.run.win_rates import WinRates
 
@@ -61,6 +64,8 @@ class TrainingStats:
         self.lengths: deque[int] = deque(maxlen=window)
         # multi-agent envs: recent returns of each agent index (a competitive game averages to 0 overall)
         self.agent_returns: dict[int, deque[float]] = {}
+        self.metrics = EpisodeMetrics(window, num_policies)  # the env's episode_extra_stats and is_success
+        self.evaluation: dict = {}  # --eval_every_env_steps: the last and best evaluations (sf_core/run/evaluations.py)
         self.learner: dict[str, float] = {}
         self.fps_history: deque[tuple[float, int]] = deque(maxlen=64)
         self.seconds = {"env_step": 0.0, "inference": 0.0, "learner": 0.0}
@@ -84,11 +89,21 @@ class TrainingStats:
         self.previous_seconds: float = 0.0  # training time of earlier sessions of a resumed experiment
         # how many components share each kind of work, to turn busy seconds into a busy fraction
         self.component_counts = component_counts or {"env_step": 1, "inference": 1, "learner": 1}
-        self.busy_snapshot = (time.time(), dict(self.seconds))
-        self.summary_snapshot = self.busy_snapshot
+        self.console_busy = BusyShares(self.component_counts, self.seconds, time.time())
+        self.summary_busy = BusyShares(self.component_counts, self.seconds, time.time())
         self.writer = writer
         self.accounting = TimeAccounting()  # where each kind of component's time went, and the start-up
         self.accounting.mark("main_started", self.started)  # sf_core.train's main: its imports done
+
+    @classmethod
+    def for_run(cls, cfg: Config, writer, started: float, marks: dict[str, float]) -> "TrainingStats":
+        """A run's statistics: how many components share each kind of work, and the runner's start-up `marks`."""
+        n = cfg.num_policies
+        counts = {"env_step": cfg.num_workers, "inference": cfg.policy_workers_per_policy * n, "learner": n}
+        stats = cls(cfg.stats_window, writer, started, counts, n)
+        for name, at in marks.items():
+            stats.accounting.mark(name, at)
+        return stats
 
     # ---- ingest
     def add(self, report: Report) -> None:
@@ -142,6 +157,7 @@ class TrainingStats:
             stats.episodes += 1
         for policy, value in report.objectives:
             self.policies[policy].objectives.append(value)
+        self.metrics.add(report.metrics, report.skipped_metrics)
         if self.win_rates is not None:
             for match in report.matches:
                 self.win_rates.add(match)
@@ -149,13 +165,14 @@ class TrainingStats:
     # ---- persistence across a resume
     def checkpoint_state(self, best_mean_return: float, policy: int = 0) -> dict:
         """The runner's counters, and what `policy` reached (its own checkpoint keeps it)."""
-        return {"policy_stats": self.policies[policy].state(),"frames": self.frames, "samples_trained": self.samples_trained, "episodes": self.num_episodes,
-                "policy_version": self.policy_version,
+        policy_stats = {**self.policies[policy].state(), "recent_metrics": self.metrics.state(policy)}
+        return {"policy_stats": policy_stats, "frames": self.frames, "samples_trained": self.samples_trained,
+                "episodes": self.num_episodes, "policy_version": self.policy_version,
                 "env_faults": self.env_faults, "worker_restarts": self.worker_restarts,
                 "training_seconds": self.previous_seconds + self.elapsed(),
                 "mean_return": self.mean_return() if self.returns else None,
                 "best_mean_return": float(best_mean_return), "recent_returns": [float(r) for r in self.returns],
-                "recent_lengths": [int(n) for n in self.lengths]}
+                "recent_lengths": [int(n) for n in self.lengths], "recent_metrics": self.metrics.state()}
 
     def restore(self, state: dict) -> None:
         self.frames, self.samples_trained = state["frames"], state["samples_trained"]
@@ -165,12 +182,14 @@ class TrainingStats:
         self.previous_seconds = state["training_seconds"]
         self.returns.extend(state["recent_returns"])
         self.lengths.extend(state["recent_lengths"])
+        self.metrics.restore(state.get("recent_metrics", {}))  # absent in checkpoints of older versions
         self.fps_history.clear()
 
     def restore_policy(self, policy: int, state: dict) -> None:
         """One policy's part of its own checkpoint's runner state (absent in checkpoints of older versions)."""
         if "policy_stats" in state:
             self.policies[policy].restore(state["policy_stats"])
+            self.metrics.restore(state["policy_stats"].get("recent_metrics", {}), policy)
 
     def objective(self, policy: int, name: str) -> float | None:
         """What PBT ranks `policy` by (--pbt_target_objective); None until it is known."""
@@ -179,7 +198,8 @@ class TrainingStats:
             return stats.mean_return()
         if name == "win_rate":
             return self.win_rates.mean_win_rate(policy) if self.win_rates is not None else None
-        return float(np.mean(stats.objectives)) if stats.objectives else None
+        # a number in the info's top level, else one of its episode_extra_stats (Sample Factory's place for it)
+        return float(np.mean(stats.objectives)) if stats.objectives else self.metrics.mean(name, policy)
 
     def target_reached(self, target: float) -> bool:
         """The mean return of a full window reached `target`: with several policies, every policy's."""
@@ -237,7 +257,8 @@ class TrainingStats:
             "slot_faults": self.slot_faults, "slot_readmissions": self.slot_readmissions,
             "interrupted_episodes": self.interrupted_episodes,
             "final_learner_stats": dict(self.learner), "inference_versions": dict(self.inference_versions),
-            "agent_mean_returns": self.agent_mean_returns(),
+            "agent_mean_returns": self.agent_mean_returns(), "episode_metrics": self.metrics.means(),
+            **({"evaluation": self.evaluation} if self.evaluation else {}),
             "time_accounting": self.accounting.summary(), "startup": self.accounting.startup(),
             **self.policy_summary(),
             **({"cluster": self.cluster.summary()} if self.cluster else {}),
@@ -250,7 +271,8 @@ class TrainingStats:
         found = {"best_policy": self.best_policy(), "policies": [
             {"policy": k, "mean_return": p.mean_return(), "episodes": p.episodes, "policy_version": p.version,
              "samples_trained": p.samples_trained, "best_mean_return": p.best_mean_return,
-             "final_learner_stats": dict(p.learner)} for k, p in enumerate(self.policies)]}
+             "final_learner_stats": dict(p.learner), "episode_metrics": self.metrics.means(k)}
+            for k, p in enumerate(self.policies)]}
         if self.win_rates is not None:
             found["win_rates"] = self.win_rates.matrix()
             found["games"] = self.win_rates.games()
@@ -266,17 +288,16 @@ class TrainingStats:
         w.add_scalar("perf/samples_trained", self.samples_trained, step)
         for name, seconds in self.seconds.items():
             w.add_scalar(f"perf/{name}_seconds_total", seconds, step)
-        for name, seconds in self.seconds.items():  # busy fraction per component since the last summary
-            then, before = self.summary_snapshot
-            w.add_scalar(f"perf/{name}_busy", (seconds - before[name]) /
-                         (max(time.time() - then, 1e-6) * self.component_counts[name]), step)
-        self.summary_snapshot = (time.time(), dict(self.seconds))
+        busy = self.summary_busy.take(self.seconds, self._copies(), time.time(), MIN_TENSORBOARD_WINDOW_SEC)
+        for name, share in busy.items():  # since the last summary that wrote them (sf_core/run/busy_shares.py)
+            w.add_scalar(f"perf/{name}_busy", share, step)
         if self.returns:
             w.add_scalar("episode/return", self.mean_return(), step)
             w.add_scalar("episode/length", float(np.mean(self.lengths)), step)
             w.add_scalar("episode/count", self.num_episodes, step)
             for agent, mean in self.agent_mean_returns().items():
                 w.add_scalar(f"episode/return_agent_{agent}", mean, step)
+        self.metrics.write(w, step)
         w.add_scalar("faults/env_restarts", self.env_faults, step)
         w.add_scalar("faults/worker_restarts", self.worker_restarts, step)
         if self.cluster:
@@ -328,18 +349,13 @@ class TrainingStats:
         return line
 
     def busy_fractions(self) -> dict[str, float]:
-        """Share of wall time each kind of component spent working since the last call; empty when no component
+        """Share of wall time each kind of component spent working since the last line; empty when no component
         reported in between (the final line, printed right after another)."""
-        now, (then, before) = time.time(), self.busy_snapshot
-        self.busy_snapshot = (now, dict(self.seconds))
-        spent = {kind: self.seconds[kind] - before[kind] for kind in self.seconds}
-        if not any(spent.values()):
-            return {}
-        wall = max(now - then, 1e-6)
+        return self.console_busy.take(self.seconds, self._copies(), time.time())
+
+    def _copies(self) -> dict[str, int]:
         samplers = max(1, self.cluster.live_samplers()) if self.cluster else 1  # --ray_address: workers × samplers
-        copies = {"env_step": samplers, "inference": samplers, "learner": 1}
-        # a report arriving in this window may count work done before it began: a share is at most all of it
-        return {kind: min(1.0, spent[kind] / (wall * self.component_counts[kind] * copies[kind])) for kind in spent}
+        return {"env_step": samplers, "inference": samplers, "learner": 1}
 
     def bottleneck_hint(self) -> str:
         busy = self.busy_fractions()
@@ -360,7 +376,7 @@ class TrainingStats:
         version = f"policies' lag {lag:.1f}" if several else f"policy v{self.policy_version} lag {lag:.1f}"
         line = (f"[{self.elapsed():6.1f}s] frames {self.frames:,} | fps {self.fps():,.0f} | "
                 f"return {ret} (last {len(self.returns)} of {self.num_episodes} episodes) | "
-                f"{version} | trained {self.samples_trained:,} | "
+                f"{version} | trained {self.samples_trained:,}{self.metrics.console()} | "
                 f"{self.bottleneck_hint()}" + (self.service_line() if self.service else "")
                 + (self.cluster.line() if self.cluster else ""))
         if several:

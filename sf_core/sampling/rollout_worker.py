@@ -64,6 +64,7 @@ class RolloutWorker(Component):
         self.slot_faults = 0
         self.interrupted_episodes = 0  # episodes cut by a slot failure: never reported as finished
         self.readmitted_reported = 0
+        self.skips_reported: set[str] = set()  # episode metrics whose skipped values the runner heard of
         self.stopping = False
         self.report_timing()  # and its on_start, from the loop's start
 
@@ -303,7 +304,8 @@ class RolloutWorker(Component):
 
     @guarded
     def send_report(self) -> None:
-        episodes, matches, objectives = [], [], []
+        episodes, matches, objectives, metrics = [], [], [], []
+        skipped: dict[str, str] = {}
         in_flight = self.steppers.in_flight if self.steppers is not None else ()
         for split, runner in enumerate(self.runners):
             if split in in_flight:  # its thread may be adding to these lists: next report
@@ -311,9 +313,14 @@ class RolloutWorker(Component):
             episodes += runner.finished_episodes
             matches += runner.finished_matches
             objectives += runner.finished_objectives
+            metrics += runner.finished_metrics
+            skipped.update((k, why) for k, why in runner.skipped_metrics.items() if k not in self.skips_reported)
             runner.finished_episodes, runner.finished_matches, runner.finished_objectives = [], [], []
+            runner.finished_metrics, runner.skipped_metrics = [], {}
+        self.skips_reported.update(skipped)
         REPORT.emit(self, RolloutReport(self.worker, self.frames, episodes, self.env_seconds, self.env_faults,
-                                        self._service_report(), matches, objectives))
+                                        self._service_report(), matches, objectives, metrics=metrics,
+                                        skipped_metrics=skipped))
         self.frames, self.env_seconds, self.env_faults = 0, 0.0, 0
 
     def _service_report(self) -> ServiceReport | None:

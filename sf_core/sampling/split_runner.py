@@ -23,7 +23,8 @@ from sf_core.envs.registry import EnvContext, EnvRegistry
 from sf_core.config import Config
 from sf_core.contracts.buffers import BufferLayout, TrajectoryBuffers
 from sf_core.contracts.sample import CARRIED
-from sf_core.contracts.signals import Episode, Match
+from sf_core.contracts.signals import Episode, Match, Metric
+from sf_core.sampling.episode_metrics import episode_metrics
 from sf_core.sampling.policy_mapping import AgentPolicies, PolicyMapping
 from sf_core.service.env_pool import EnvPool, PooledEnv
 from sf_core.service.service_set import PoolGroup, ServiceSet, ServiceSetEnv
@@ -51,6 +52,16 @@ def env_action_converter(space: gym.Space) -> Callable[[np.ndarray], Any]:
         low, high = space.low, space.high
         return lambda a: np.clip(a, low, high).astype(space.dtype)
     raise ValueError(f"unsupported action space {space}")
+
+
+def episode_outcome(info: dict, running_return: float, running_length: int) -> tuple[float, int] | None:
+    """An ended episode's return and length: the env's own statistics where its last info has them (Atari: whole
+    games; None while the game goes on, after a lost life), else the running totals."""
+    if "episode_return" not in info:
+        return running_return, running_length
+    if info["episode_return"] is None:
+        return None
+    return float(info["episode_return"]), int(info["episode_length"])
 
 
 class SplitRunner:
@@ -91,6 +102,9 @@ class SplitRunner:
         self.finished_episodes: list[Episode] = []
         self.finished_matches: list[Match] = []
         self.finished_objectives: list[tuple[int, float]] = []
+        # the env's own episode metrics (sf_core/sampling/episode_metrics.py), and why any value was skipped
+        self.finished_metrics: list[Metric] = []
+        self.skipped_metrics: dict[str, str] = {}  # key -> reason, since the last report
         # the policy acting for each row, drawn at each of its episode starts (sf_core/sampling/policy_mapping.py)
         self.policies = AgentPolicies(mapping, cfg.num_policies, layout.num_workers * layout.num_splits *
                                       layout.envs_per_split, layout.agents_per_env > 1, seed + 7 * self.split_index)
@@ -151,6 +165,7 @@ class SplitRunner:
         fresh.finished_episodes = self.finished_episodes
         fresh.finished_matches = self.finished_matches
         fresh.finished_objectives = self.finished_objectives
+        fresh.finished_metrics, fresh.skipped_metrics = self.finished_metrics, self.skipped_metrics
         fresh.row_episodes = self.row_episodes
         fresh.faults_in_a_row = self.faults_in_a_row
         fresh.seeds = self.fresh_seeds()
@@ -182,24 +197,27 @@ class SplitRunner:
         """Row `row` ended its episode with this step's `reward`: record it, clear its running totals, and
         draw the policy of the agent's next episode."""
         policy = int(self.row_policy[row])
-        if "episode_return" not in info:
-            episode = (float(self.episode_return[row] + reward), int(self.episode_length[row]) + 1, agent, policy)
-            self.finished_episodes.append(episode)
-        elif info["episode_return"] is not None:  # the env's own statistics (Atari: whole games)
-            episode = (float(info["episode_return"]), int(info["episode_length"]), agent, policy)
-            self.finished_episodes.append(episode)
-        else:
-            episode = None
+        outcome = episode_outcome(info, float(self.episode_return[row] + reward), int(self.episode_length[row]) + 1)
+        if outcome is not None:
+            self.finished_episodes.append((outcome[0], outcome[1], agent, policy))
+            self._record_metrics(info, policy)
+            if self.layout.agents_per_env > 1:
+                self._record_match(row // self.layout.agents_per_env, agent, policy, outcome[0])
         objective = self.cfg.pbt_target_objective
         if objective not in BUILT_IN_OBJECTIVES and objective in info:
             self.finished_objectives.append((policy, float(info[objective])))
-        if episode is not None and self.layout.agents_per_env > 1:
-            self._record_match(row // self.layout.agents_per_env, agent, policy, episode[0])
         self.episode_return[row] = 0.0
         self.episode_length[row] = 0
         self.row_episodes[row] += 1
         if self.cfg.num_policies > 1:
             self.row_policy[row] = self._draw_policy(row)
+
+    def _record_metrics(self, info: dict, policy: int) -> None:
+        for key, value in episode_metrics(info):
+            if isinstance(value, float):
+                self.finished_metrics.append((policy, key, value))
+            else:
+                self.skipped_metrics.setdefault(key, value)
 
     def _draw_policy(self, row: int) -> int:
         A = self.layout.agents_per_env

@@ -296,6 +296,10 @@ def check_training_flags(cfg: Config) -> None:
     --num_envs_per_worker, and a server may not take as long as a heartbeat."""
     if not cfg.env_service:
         return
+    if cfg.eval_every_env_steps:
+        raise ConfigError("--eval_every_env_steps does not work with --env_service: the evaluator would build its env "
+                          "in its own process, where served envs are not built; evaluate checkpoints with "
+                          "python -m sf_core.evaluate instead")
     if cfg.env_service_timeout >= cfg.heartbeat_timeout:
         raise ConfigError(f"--env_service_timeout={cfg.env_service_timeout:g} must be shorter than "
                           f"--heartbeat_timeout={cfg.heartbeat_timeout:g}: a worker waiting on a server "

@@ -119,14 +119,17 @@ def error_reply(message: str, tag: dict | None = None) -> list[bytes]:
 
 
 def json_info(info: dict) -> dict:
-    """The JSON-scalar part of an env's info (numpy scalars converted); the rest stays on the server."""
+    """The JSON-scalar part of an env's info (numpy scalars converted), and of the dicts in it (such as
+    `episode_extra_stats`); the rest stays on the server."""
     out = {}
     for key, value in info.items():
         if not isinstance(key, str):
             continue
         if isinstance(value, np.generic) and value.shape == ():
             value = value.item()
-        if value is None or isinstance(value, (bool, int, str)):
+        if isinstance(value, dict):
+            out[key] = json_info(value)
+        elif value is None or isinstance(value, (bool, int, str)):
             out[key] = value
         elif isinstance(value, float) and math.isfinite(value):
             out[key] = value
