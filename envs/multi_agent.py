@@ -55,16 +55,19 @@ def num_agents(env: gym.Env) -> int:
 
 class SingleAgentAdapter:
     """A single-agent gymnasium env seen through the multi-agent contract (one agent, auto-reset),
-    so the non-batched runner has one code path for every env."""
+    so the non-batched runner has one code path for every env. `reseed`: each automatic reset takes the seed
+    after the last one (episode k of a reset with seed s plays seed s + k), as evaluation wants; otherwise it
+    continues the env's own random sequence."""
 
     is_multiagent = True
     num_agents = 1
 
-    def __init__(self, env: gym.Env):
-        self.env = env
+    def __init__(self, env: gym.Env, reseed: bool = False):
+        self.env, self.reseed, self.seed = env, reseed, None
         self.observation_space, self.action_space = env.observation_space, env.action_space
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[list, list[dict]]:
+        self.seed = seed
         obs, info = self._reset(seed=seed, options=options)
         return [obs], [info]
 
@@ -76,13 +79,19 @@ class SingleAgentAdapter:
                 info = dict(info)  # the step's info (episode statistics) stays; the reset's is dropped
                 if truncated and not terminated:
                     info["final_obs"] = obs
-                obs, _ = self._reset()
+                obs, _ = self._reset(seed=self._next_seed())
         except (TypeError, ValueError):  # what the env returned does not unpack or test: say which rule it broke
             rule = step_rule(result, self.observation_space)
             if rule is None:
                 raise
             raise EnvContractError(rule) from None
         return [obs], [reward], [terminated], [truncated], [info]
+
+    def _next_seed(self) -> int | None:
+        if not self.reseed or self.seed is None:
+            return None
+        self.seed += 1
+        return self.seed
 
     def _reset(self, **kwargs: Any) -> tuple[Any, dict]:
         result = self.env.reset(**kwargs)
@@ -97,6 +106,6 @@ class SingleAgentAdapter:
         self.env.close()
 
 
-def as_multi_agent(env: gym.Env):
-    """The env itself if it follows the multi-agent contract, else the single-agent adapter."""
-    return env if is_multi_agent(env) else SingleAgentAdapter(env)
+def as_multi_agent(env: gym.Env, reseed: bool = False):
+    """The env itself if it follows the multi-agent contract, else the single-agent adapter (`reseed`: see there)."""
+    return env if is_multi_agent(env) else SingleAgentAdapter(env, reseed)

@@ -102,8 +102,15 @@ def test_a_failing_env_raises_training_error_with_the_stop_line(tmp_path):
 
 
 class _Raises(DictMemoryCue):
+    """Raises from its third step on: the check at the start (one step) passes, a worker meets the error."""
+
+    steps = 0
+
     def step(self, action):
-        raise RuntimeError("boom")
+        self.steps += 1
+        if self.steps >= 3:
+            raise RuntimeError("boom")
+        return super().step(action)
 
 
 @pytest.mark.slow

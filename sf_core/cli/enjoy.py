@@ -25,10 +25,10 @@ from sf_core.cli import add_env_module_argument, exit_process, import_experiment
 from sf_core.cli.arguments import BOOL_EPILOG, _Parser, add_bool_argument
 from sf_core.cli.train import setup_logging
 from sf_core.config import ConfigError
-from sf_core.evaluation.episodes import play_episodes
 from sf_core.evaluation.head_to_head import versus_opponent
 from sf_core.evaluation.policy import TrainedPolicy, load_checkpoint
 from sf_core.machine.device import resolve_device
+from sf_core.sampling.episodes import play_episodes
 from sf_core.machine.fit import check_device
 from sf_core.records.experiment import write_eval_results
 
@@ -77,7 +77,6 @@ def evaluate(args: argparse.Namespace) -> dict:
             return versus_opponent(env, policy, loaded, path, args)
         log.info("evaluating %s (policy v%d) on %s for %d episodes", loaded.path, loaded.version, env_name,
                  args.max_num_episodes)
-        play = play_multi_agent if is_multi_agent(env) else play_single_agent
         returns, lengths, agents, frames = play(env, policy, args)
     finally:
         env.close()
@@ -96,54 +95,26 @@ def evaluate(args: argparse.Namespace) -> dict:
     return results
 
 
-def play_single_agent(env: gym.Env, policy: TrainedPolicy, args: argparse.Namespace
-                      ) -> tuple[list[float], list[int], list[int], list]:
-    """`--max_num_episodes` episodes, each reset with its own seed."""
+def play(env: gym.Env, policy: TrainedPolicy, args: argparse.Namespace
+         ) -> tuple[list[float], list[int], list[int], list]:
+    """`--max_num_episodes` episodes from `--seed` on: returns, lengths, the agent of each (a multi-agent env plays
+    in self-play, each agent's episode counting) and the video's frames."""
     returns: list[float] = []
     lengths: list[int] = []
+    agents: list[int] = []
     frames: list = []
 
     def take_frame() -> None:
         if len(frames) < args.video_frames:
             frames.append(render(env, args.env))
 
-    for total, length in play_episodes(env, policy, args.max_num_episodes, args.seed,
-                                       before_step=take_frame if args.save_video else None):
-        log.info("episode %d: return %.2f, length %d", len(returns), total, length)
-        returns.append(total)
-        lengths.append(length)
-    return returns, lengths, [0] * len(returns), frames
-
-
-def play_multi_agent(env: gym.Env, policy: TrainedPolicy, args: argparse.Namespace
-                     ) -> tuple[list[float], list[int], list[int], list]:
-    """Self-play: every agent acts with the policy; an episode is one agent's, and the env resets
-    itself (envs/multi_agent.py). Stops after the step that completes `--max_num_episodes` of them,
-    so up to num_agents - 1 more may be counted."""
-    obs, infos = env.reset(seed=args.seed)
-    state = policy.start_episode(agents=len(obs))
-    active = np.array([info.get("is_active", True) for info in infos])
-    total: np.ndarray = np.zeros(len(obs))
-    length: np.ndarray = np.zeros(len(obs), dtype=np.int64)
-    returns: list[float] = []
-    lengths: list[int] = []
-    agents: list[int] = []
-    frames: list = []
-    while len(returns) < args.max_num_episodes:
-        if args.save_video and len(frames) < args.video_frames:
-            frames.append(render(env, args.env))
-        obs, rewards, terminated, truncated, infos = env.step(policy.act(obs, state))
-        for i in np.flatnonzero(active):
-            total[i] += float(rewards[i])
-            length[i] += 1
-            if terminated[i] or truncated[i]:
-                returns.append(float(total[i]))
-                lengths.append(int(length[i]))
-                agents.append(int(i))
-                log.info("episode %d (agent %d): return %.2f, length %d", len(returns) - 1, i, total[i], length[i])
-                total[i], length[i] = 0.0, 0
-                state.agent_done(int(i))
-        active = np.array([info.get("is_active", True) for info in infos])
+    for episode in play_episodes(env, policy, args.max_num_episodes, args.seed,
+                                 before_step=take_frame if args.save_video else None):
+        agent = f" (agent {episode.agent})" if is_multi_agent(env) else ""
+        log.info("episode %d%s: return %.2f, length %d", len(returns), agent, episode.ret, episode.length)
+        returns.append(episode.ret)
+        lengths.append(episode.length)
+        agents.append(episode.agent)
     return returns, lengths, agents, frames
 
 

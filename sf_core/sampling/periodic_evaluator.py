@@ -24,11 +24,10 @@ from sf_core.config import Config
 from sf_core.contracts.component import Component, guarded
 from sf_core.contracts.control import ControlBlock
 from sf_core.contracts.signals import REPORT, EvalReport
-from sf_core.envs.multi_agent import as_multi_agent
 from sf_core.envs.registry import EnvContext, EnvRegistry
 from sf_core.records import checkpoint
 from sf_core.sampling.episode_metrics import episode_metrics
-from sf_core.sampling.split_runner import episode_outcome
+from sf_core.sampling.episodes import PlayedEpisode, play_episodes
 from sf_core.sampling.trained_policy import TrainedPolicy
 from signal_slot.signal_slot import EventLoop
 
@@ -63,15 +62,15 @@ class Evaluator(Component):
         state = checkpoint.load(path)
         trained = self._trained_policy(state["model"])
         if self.env is None:
-            env = self.registry.make(self.cfg.env, self.cfg, EnvContext(-1, 0, self.seed, evaluation=True))
-            self.env = as_multi_agent(env)
-        played = play_episodes(self.env, trained, self.cfg.eval_episodes, self.seed, stopping,
-                               lambda: self.beat("evaluating a checkpoint"))
-        if played is None:
+            self.env = self.registry.make(self.cfg.env, self.cfg, EnvContext(-1, 0, self.seed, evaluation=True))
+        count = self.cfg.eval_episodes
+        played = list(play_episodes(self.env, trained, count, self.seed, before_step=lambda: self.beat(
+            "evaluating a checkpoint"), stopping=stopping))
+        if len(played) < count:  # the run stops, and nobody waits for the result
             return None
-        returns, lengths, metrics = played
-        return EvalReport(policy, path, int(state["version"]), int(state["runner"]["frames"]), returns, lengths,
-                          metrics, time.time() - started)
+        return EvalReport(policy, path, int(state["version"]), int(state["runner"]["frames"]),
+                          [e.ret for e in played], [e.length for e in played], mean_metrics(played),
+                          time.time() - started)
 
     def _trained_policy(self, weights: dict) -> TrainedPolicy:
         if self.policy is None:  # one model, loaded with each checkpoint's weights in turn
@@ -93,37 +92,11 @@ class Evaluator(Component):
             env.close()
 
 
-def play_episodes(env, policy: TrainedPolicy, episodes: int, seed: int, stopping: Callable[[], bool],
-                  beat: Callable[[], None]) -> tuple[list[float], list[int], dict[str, float]] | None:
-    """At least `episodes` episodes of `env` (the multi-agent contract: it resets itself), seeded once with `seed`:
-    their returns and lengths (the env's own statistics where its info has them, as in training) and the means of
-    the episode metrics it reported. None if `stopping()` turned true first."""
-    obs, infos = env.reset(seed=seed)
-    state = policy.start_episode(agents=len(obs))
-    active = [info.get("is_active", True) for info in infos]
-    totals: np.ndarray = np.zeros(len(obs))
-    steps: np.ndarray = np.zeros(len(obs), dtype=np.int64)
-    returns: list[float] = []
-    lengths: list[int] = []
+def mean_metrics(played: list[PlayedEpisode]) -> dict[str, float]:
+    """The mean of each episode metric the episodes reported (training's statistics warned of any other value)."""
     metrics: dict[str, list[float]] = {}
-    while len(returns) < episodes:
-        if stopping():
-            return None
-        beat()
-        obs, rewards, terminated, truncated, infos = env.step(policy.act(obs, state))
-        for i in np.flatnonzero(active):
-            totals[i] += float(rewards[i])
-            steps[i] += 1
-            if not (terminated[i] or truncated[i]):
-                continue
-            outcome = episode_outcome(infos[i], float(totals[i]), int(steps[i]))
-            if outcome is not None:
-                returns.append(outcome[0])
-                lengths.append(outcome[1])
-                for key, value in episode_metrics(infos[i]):
-                    if isinstance(value, float):  # training's statistics warned of any other already
-                        metrics.setdefault(key, []).append(value)
-            totals[i], steps[i] = 0.0, 0
-            state.agent_done(int(i))
-        active = [info.get("is_active", True) for info in infos]
-    return returns, lengths, {key: float(np.mean(values)) for key, values in sorted(metrics.items())}
+    for episode in played:
+        for key, value in episode_metrics(episode.info):
+            if isinstance(value, float):
+                metrics.setdefault(key, []).append(value)
+    return {key: float(np.mean(values)) for key, values in sorted(metrics.items())}
