@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import sys
 import time
 from typing import Sequence
@@ -17,6 +18,7 @@ from sf_core.config import ConfigError
 from sf_core.machine.fit import describe, this_machine
 from sf_core.machine.heap import collector_paused
 from sf_core.machine.start_method import start_forkserver_early
+from sf_core.records.experiment_lock import ExperimentLock
 from sf_core.run.presets import VERIFIED
 
 log = logging.getLogger("sf_core")
@@ -36,7 +38,7 @@ def setup_logging() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Train; returns the exit code (0 done, 1 error, 2 bad flags, 130/143 interrupted)."""
+    """Train; returns the exit code (0 done, 1 error, 2 bad flags or a folder in use, 130/143 interrupted)."""
     launched = time.time()
     setup_logging()
     if getattr(multiprocessing.current_process(), "_inheriting", False):  # how multiprocessing itself tells
@@ -44,11 +46,22 @@ def main(argv: Sequence[str] | None = None) -> int:
               "training call of your script under `if __name__ == \"__main__\":` (worker processes import "
               "your script)", file=sys.stderr)
         return 2
-    argv = list(sys.argv[1:] if argv is None else argv)
+    lock = ExperimentLock()  # held from the parsed flags to the end: one run per experiment folder
+    try:
+        return _train(list(sys.argv[1:] if argv is None else argv), lock, launched)
+    finally:
+        lock.release()
+
+
+def _train(argv: list[str], lock: ExperimentLock, launched: float) -> int:
+    def parsed(flags: dict) -> None:  # the lock before the forkserver: a second run starts no process
+        lock.acquire(os.path.join(flags["train_dir"], flags["experiment"]))
+        start_forkserver_early(flags)
+
     parser = build_parser(description="Train an agent with asynchronous PPO (APPO).")
     with collector_paused():  # torch's import, from the flag checks on (sf_core/machine/heap.py)
         try:
-            cfg, preset = parse_args(argv, parser, parsed=start_forkserver_early)  # its imports overlap ours
+            cfg, preset = parse_args(argv, parser, parsed=parsed)  # the forkserver's imports overlap ours
         except ConfigError as exc:
             print(f"sf_core.train: error: {exc}", file=sys.stderr)
             return 2
