@@ -35,8 +35,9 @@ def setup_logging() -> None:
 def quiet_signal_slot_logs() -> None:
     """The library logs slot exceptions itself; ours reach the runner with the component's name, so
     those are dropped. Everything else it logs at ERROR (a full queue dropping a signal) stays."""
-    logger = logging.getLogger("signal_slot")
-    logger.setLevel(logging.ERROR)
+    logging.getLogger("signal_slot").setLevel(logging.ERROR)
+    # a logger's filters see only its own records, not its children's: the module's logger logs them
+    logger = logging.getLogger("signal_slot.signal_slot")
     if not any(isinstance(f, _SlotExceptionFilter) for f in logger.filters):
         logger.addFilter(_SlotExceptionFilter())
 
