@@ -11,6 +11,8 @@ import time
 import psutil
 import pytest
 
+import sf_core.train
+
 from sf_core.records import checkpoint
 from sf_core.records.experiment_lock import LOCK_FILE
 from tests import launch
@@ -348,6 +350,15 @@ def test_a_second_trainer_in_a_busy_folder_fails_at_once_and_the_first_finishes(
     assert read_summary(tmp_path, "same")["frames"] >= 60000
     assert len(os.listdir(tmp_path / "same" / "tb")) == 1, "one run, one event file"
     assert not (tmp_path / "same" / LOCK_FILE).exists()
+
+
+@pytest.mark.slow
+def test_a_run_that_fails_before_writing_leaves_no_folder_behind(tmp_path, capsys):
+    """The lock makes the folder (and --train_dir) to lock it: a run that stops before writing removes them."""
+    for flags, code in ((["--env=NoSuchEnv-v9"], 1), (["--env=CartPole-v1", "--num_workers=0"], 2)):
+        assert sf_core.train.main([f"--train_dir={tmp_path / 'runs'}", "--experiment=x", *flags]) == code
+        assert "sf_core.train: error: " in capsys.readouterr().err
+        assert not (tmp_path / "runs").exists()
 
 
 def can_mount() -> bool:
