@@ -1,17 +1,22 @@
 """Checkpoints, resume after kill -9, interrupt saves, env-fault policies, stalls, plots."""
 
+import json
 import os
 import re
 import signal
+import subprocess
 import textwrap
 import time
 
 import psutil
 import pytest
 
+import sf_core.train
+
 from sf_core.records import checkpoint
+from sf_core.records.experiment_lock import LOCK_FILE
 from tests import launch
-from tests.helpers import kill_9_once, read_summary, train
+from tests.helpers import kill_9_once, read_summary, train, wait_for
 
 
 def wait_for_training(proc, timeout=45):
@@ -305,3 +310,154 @@ def test_thread_loops_start_after_the_process_loop_handled_start():
             proc.join(timeout=5)
         results.close()
         results.join_thread()
+
+
+# ------------------------------------------------------------------ one run per folder, clean ends, finished runs
+def holder_pid(folder) -> int | None:
+    try:
+        return json.loads((folder / LOCK_FILE).read_text())["pid"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_second_trainer_in_a_busy_folder_fails_at_once_and_the_first_finishes(tmp_path):
+    stale = subprocess.Popen(["true"])
+    stale.wait()
+    (tmp_path / "same").mkdir()
+    (tmp_path / "same" / LOCK_FILE).write_text(json.dumps({"pid": stale.pid, "host": os.uname().nodename,
+                                                            "since": time.time() - 60, "command": "killed"}))
+    args = ["--env=CartPole-v1", "--num_workers=1", f"--train_dir={tmp_path}", "--experiment=same"]
+    first = launch.start(args + ["--train_for_env_steps=60000"])
+    try:
+        wait_for(lambda: holder_pid(tmp_path / "same") == first.pid, 30, "the first trainer to hold the lock")
+        started = time.time()
+        second = launch.run(args + ["--train_for_env_steps=10000"], timeout=60)
+        seconds = time.time() - started
+        output, _ = first.communicate(timeout=90)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert second.returncode == 2 and second.stdout == "", second.stdout[-2000:]
+    error = second.stderr.strip()
+    assert "\n" not in error and f"is in use by another training run (pid {first.pid} on " in error, error
+    assert "wait for it to finish" in error and f"kill {first.pid}" in error and "--experiment" in error
+    assert seconds < 20, f"the second trainer took {seconds:.0f}s to refuse"
+    assert first.returncode == 0, output[-3000:]
+    assert f"took over the lock of pid {stale.pid} on " in output and "which is no longer running" in output
+    assert read_summary(tmp_path, "same")["frames"] >= 60000
+    assert len(os.listdir(tmp_path / "same" / "tb")) == 1, "one run, one event file"
+    assert not (tmp_path / "same" / LOCK_FILE).exists()
+
+
+@pytest.mark.slow
+def test_a_run_that_fails_before_writing_leaves_no_folder_behind(tmp_path, capsys):
+    """The lock makes the folder (and --train_dir) to lock it: a run that stops before writing removes them."""
+    for flags, code in ((["--env=NoSuchEnv-v9"], 1), (["--env=CartPole-v1", "--num_workers=0"], 2)):
+        assert sf_core.train.main([f"--train_dir={tmp_path / 'runs'}", "--experiment=x", *flags]) == code
+        assert "sf_core.train: error: " in capsys.readouterr().err
+        assert not (tmp_path / "runs").exists()
+
+
+def can_mount() -> bool:
+    """Whether a tmpfs can be mounted in a private mount namespace here (root, or user namespaces)."""
+    try:
+        return subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /tmp"],
+                              capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def on_a_full_disk(folder, command: list[str], free_kb: int, after: str = "") -> str:
+    """Run `command` with `folder` a 1 MiB tmpfs (its own mount namespace) filled up to `free_kb`, then the
+    shell's `after`; returns stdout and stderr together (the mount goes with the namespace)."""
+    script = (f'mount -t tmpfs -o size=1m tmpfs "$0" && head -c {1024 - free_kb - 8}K /dev/zero > "$0/filler" '
+              f'&& "$@"; echo "exit=$?"; {after}')
+    result = subprocess.run(["timeout", "-k", "10", "100", "unshare", "-m", "sh", "-c", script, str(folder),
+                             *command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=130,
+                            cwd=launch.REPO, env=launch.environment())
+    return result.stdout
+
+
+needs_mount = pytest.mark.skipif(not can_mount(), reason="cannot mount a tmpfs here (`unshare -m` needs root)")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+@needs_mount
+def test_a_full_disk_ends_with_one_last_line_a_summary_and_no_temporary_file(tmp_path):
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    trainer = launch.command(["--env=CartPole-v1", "--num_workers=1", f"--train_dir={folder}", "--experiment=x",
+                              "--save_every_sec=1", "--train_for_seconds=60"])
+    output = on_a_full_disk(folder, trainer, free_kb=224, after='echo "@@files"; find "$0" -type f; '
+                                                               'echo "@@summary"; cat "$0/x/training_summary.json"')
+    console, _, rest = output.partition("exit=")
+    code, _, rest = rest.partition("@@files")
+    files, _, summary_text = rest.partition("@@summary")
+    assert code.strip() == "1", output[-3000:]
+    last = console.strip().splitlines()[-1]
+    assert "ERROR training stopped: " in last and "No space left on device" in last, console[-3000:]
+    assert "Exception in thread" not in console
+    assert files.strip() and ".tmp" not in files, files
+    summary = json.loads(summary_text)
+    assert summary["running"] is False and summary["exit_code"] == 1 and "No space left" in summary["error"]
+
+
+WRITE_UNTIL_FULL = textwrap.dedent('''
+    import sys, time
+    from sf_core.records.experiment import DeferredSummaryWriter
+
+    writer = DeferredSummaryWriter(log_dir=sys.argv[1], flush_secs=0.05)
+    try:
+        for step in range(1_000_000):
+            writer.add_scalar("x" * 200 + str(step % 1000), 1.0, step)
+            if step % 100 == 0:
+                time.sleep(0.06)  # the writer's thread flushes: the disk fills in its hands
+    except OSError as exc:
+        print("raised:", exc)
+    try:
+        writer.close()
+    except OSError:
+        pass
+    time.sleep(0.5)
+''')
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+@needs_mount
+def test_a_tensorboard_write_the_disk_refuses_is_raised_in_the_caller_naming_the_folder(tmp_path):
+    (tmp_path / "disk").mkdir()
+    output = on_a_full_disk(tmp_path / "disk", launch.command([str(tmp_path / "disk" / "tb")],
+                                                              code=WRITE_UNTIL_FULL), free_kb=32)
+    assert f"raised: [Errno 28] No space left on device: '{tmp_path / 'disk' / 'tb'}'" in output, output[-3000:]
+    assert "Exception in thread" not in output and "Traceback" not in output, output[-3000:]
+
+
+def folder_state(folder) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_rerunning_a_finished_experiment_changes_nothing_and_a_higher_limit_trains_on(tmp_path, capsys):
+    for limit, experiment in (("--train_for_env_steps=2000", "frames"), ("--train_for_seconds=4", "seconds")):
+        flags = ["--env=CartPole-v1", "--serial_mode", limit]
+        code, first = train(tmp_path, *flags, experiment=experiment)
+        assert code == 0 and not first["running"], first.get("error")
+        before = folder_state(tmp_path / experiment)
+        capsys.readouterr()
+        code, again = train(tmp_path, *flags, experiment=experiment)
+        out = capsys.readouterr().out
+        assert code == 0 and again == first
+        assert folder_state(tmp_path / experiment) == before, "a finished experiment's files changed"
+        assert f"already finished: it reached {limit} (" in out, out[-2000:]
+        assert f"raise {limit.split('=')[0]}" in out and "--restart_behavior=restart" in out
+        assert "experiment folder" not in out and "resuming" not in out
+    code, more = train(tmp_path, "--env=CartPole-v1", "--serial_mode", "--train_for_env_steps=6000",
+                       experiment="frames")
+    assert code == 0 and more["frames"] >= 6000
+    assert "resuming from" in capsys.readouterr().out

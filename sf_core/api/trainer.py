@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sf_core.cli.train import configure, in_starting_worker, setup_logging
 from sf_core.config import ConfigError
+from sf_core.records.experiment_lock import ExperimentLock
 
 if TYPE_CHECKING:
     from sf_core.api.policy import Policy
@@ -80,12 +81,15 @@ class Trainer:
         setup_logging()
         if (problem := in_starting_worker()) is not None:
             raise RuntimeError(problem)
+        lock = ExperimentLock()  # one run per experiment folder, as on the command line
         try:
-            cfg = configure(to_argv(self.flags))
+            cfg = configure(to_argv(self.flags), lock)
+            runner = Runner(cfg, launched=launched)
+            code = runner.run()
         except SystemExit as exc:  # `help=True`: the usage was printed
             raise ConfigError("the flags were printed (help); nothing was trained") from exc
-        runner = Runner(cfg, launched=launched)
-        code = runner.run()
+        finally:
+            lock.release()
         result = TrainingResult.read(self.experiment_dir)
         if code in (EXIT_SIGINT, EXIT_SIGTERM):
             raise KeyboardInterrupt(f"training interrupted; the last checkpoint: {result.last_checkpoint}")

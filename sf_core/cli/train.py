@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import sys
 import time
 from typing import Sequence
@@ -18,6 +19,7 @@ from sf_core.config import Config, ConfigError
 from sf_core.machine.fit import describe, this_machine
 from sf_core.machine.heap import collector_paused
 from sf_core.machine.start_method import start_forkserver_early
+from sf_core.records.experiment_lock import ExperimentLock
 from sf_core.run.presets import VERIFIED
 
 log = logging.getLogger("sf_core")
@@ -37,15 +39,23 @@ def setup_logging() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Train; returns the exit code (0 done, 1 error, 2 bad flags or an env that broke its contract, 130/143
-    interrupted)."""
+    """Train; returns the exit code (0 done, 1 error, 2 bad flags, an env that broke its contract or a folder in use,
+    130/143 interrupted)."""
     launched = time.time()
     setup_logging()
     if (problem := in_starting_worker()) is not None:
         print(f"sf_core.train: error: {problem}", file=sys.stderr)
         return 2
+    lock = ExperimentLock()  # held from the parsed flags to the end: one run per experiment folder
     try:
-        cfg = configure(list(sys.argv[1:] if argv is None else argv))
+        return _train(list(sys.argv[1:] if argv is None else argv), lock, launched)
+    finally:
+        lock.release()
+
+
+def _train(argv: list[str], lock: ExperimentLock, launched: float) -> int:
+    try:
+        cfg = configure(argv, lock)
     except ConfigError as exc:
         print(f"sf_core.train: error: {exc}", file=sys.stderr)
         return 2
@@ -72,12 +82,17 @@ def in_starting_worker() -> str | None:
     return None
 
 
-def configure(argv: Sequence[str]) -> Config:
+def configure(argv: Sequence[str], lock: ExperimentLock) -> Config:
     """The run's config from its command line: presets applied and the machine fitted (the console says which),
-    then checked. ConfigError for flags that cannot work; SystemExit after --help."""
+    then checked; `lock` taken on its experiment folder once the flags are read, before any process starts.
+    ConfigError for flags that cannot work or a folder in use; SystemExit after --help."""
+    def parsed(flags: dict) -> None:  # the lock before the forkserver: a second run starts no process
+        lock.acquire(os.path.join(flags["train_dir"], flags["experiment"]))
+        start_forkserver_early(flags)
+
     parser = build_parser(description="Train an agent with asynchronous PPO (APPO).")
     with collector_paused():  # torch's import, from the flag checks on (sf_core/machine/heap.py)
-        cfg, preset = parse_args(argv, parser, parsed=start_forkserver_early)  # its imports overlap ours
+        cfg, preset = parse_args(argv, parser, parsed=parsed)  # the forkserver's imports overlap ours
         if preset:
             log.info("%s", preset_line(preset))
         if cfg.machine_fit:

@@ -45,7 +45,9 @@ class Config:
     )
     seed: int = flag(-1, "experiment", "Random seed; -1 picks one and records it in config.json.")
     train_for_env_steps: int = flag(10_000_000_000, "experiment", "Stop after this many env frames have been sampled.")
-    train_for_seconds: float = flag(1e10, "experiment", "Stop after this many seconds of training.")
+    train_for_seconds: float = flag(
+        1e10, "experiment", "Stop after this many seconds of training, counted over every session of the experiment."
+    )
     save_every_sec: float = flag(120.0, "experiment", "Seconds between checkpoints (also saved at every stop).")
     keep_checkpoints: int = flag(2, "experiment", "Periodic checkpoints kept (the best one is kept as well).")
     eval_every_env_steps: int = flag(

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from sf_core.contracts.names import per_policy
+from sf_core.records.atomic_file import replacing
 
 PATTERN = "checkpoint_v{version:09d}_f{frames:012d}.pt"
 BEST = "best.pt"
@@ -123,22 +124,26 @@ def load(path: str, map_location: str = "cpu") -> dict:
 
 
 def _atomic_save(state: dict, path: str) -> None:
-    # A crash mid-write leaves a .tmp file, never a half-written checkpoint under the real name.
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    # A crash mid-write leaves a .tmp file, never a half-written checkpoint under the real name; a failed
+    # write (a full disk) leaves neither.
+    with replacing(path) as tmp:
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+        except RuntimeError as exc:  # torch reports a refused write as "unexpected pos": the OSError is its context
+            if isinstance(exc.__context__, OSError):
+                raise exc.__context__ from None
+            raise
     _fsync_dir(os.path.dirname(path))
 
 
 def _atomic_copy(src: str, dst: str) -> None:
-    tmp = f"{dst}.tmp"
-    shutil.copyfile(src, tmp)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, dst)
+    with replacing(dst) as tmp:
+        shutil.copyfile(src, tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
     _fsync_dir(os.path.dirname(dst))
 
 

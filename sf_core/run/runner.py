@@ -14,6 +14,7 @@ import random
 import signal as os_signal
 import threading
 import time
+import traceback
 from dataclasses import replace
 
 import gymnasium as gym
@@ -35,9 +36,11 @@ from sf_core.machine.wiring import Setup, Topology, build_components, check_user
 from sf_core.records import wandb_logging
 from sf_core.records.experiment import Experiment
 from sf_core.run.evaluations import Evaluations
+from sf_core.run.run_records import closing_lines, error_lines, final_summary, start_stats
 from sf_core.run.population import Population
 from sf_core.run.progress import Progress
 from sf_core.run.stats import TrainingStats
+from sf_core.run.stop_conditions import TARGET, already_finished, limits_reached, reached_line
 from signal_slot.signal_slot import EventLoop, Timer
 
 log = logging.getLogger("sf_core")
@@ -103,7 +106,7 @@ class Runner(Component):
         self.marks.setdefault("env_probed", time.time())
         population = self.population
         population.check(agents_per_env)
-        if cfg.restart_behavior == "resume" or resume:
+        if resume:  # a restart inside the run (the first resume's were found by run)
             population.find_checkpoints()
         population.start_pbt(self.seed)
         states = population.states
@@ -137,15 +140,20 @@ class Runner(Component):
     def run(self) -> int:
         """Train until a stop condition; returns the process exit code."""
         try:  # first: a bad env, model or checkpoint fails before any file is written
+            if self.cfg.restart_behavior == "resume":  # a rerun of a finished command stops here: nothing to do
+                self.population.find_checkpoints()
+                if (finished := already_finished(self.cfg, self.population, self.experiment.path)) is not None:
+                    log.info("%s", finished)
+                    return EXIT_OK
             self._build()
         except (ValueError, gym.error.Error) as exc:
             raise ConfigError(str(exc)) from exc
-        self.experiment.prepare(resuming=self.population.resumed is not None)
         timer = Timer(self.loop, CHECK_INTERVAL_SEC, object_id="runner_check_timer")
         timer.timeout.connect(self.check)
 
         previous = {sig: os_signal.signal(sig, self._on_os_signal) for sig in (os_signal.SIGINT, os_signal.SIGTERM)}
         try:
+            self.experiment.prepare(resuming=self.population.resumed is not None)
             self._start_components()
             if not self.serial:
                 start_loop_watchdog(lambda: self.last_check, self.cfg.heartbeat_timeout + 30.0,
@@ -153,17 +161,18 @@ class Runner(Component):
             self.loop.exec()
             while self.restart_pending and self._restart_components():
                 self.loop.exec()
-        except ComponentError as exc:  # serial mode: a slot raised on this loop
-            self._fail(exc.component, exc.details)
-            self._save_after_serial_failure()
+        except Exception as exc:  # serial mode: a slot raised on this loop; any mode: the runner's own work
+            self._fail(*((exc.component, exc.details) if isinstance(exc, ComponentError)
+                         else ("runner", traceback.format_exc().rstrip())))
+            self._stop_after_failure()
         finally:
             self.loop_done.set()
             self._stop_processes()
             for sig, handler in previous.items():
                 os_signal.signal(sig, handler)
             self._close()
-        if self.error:
-            log.error("%s", self.error)
+        for line in error_lines(self.error):
+            log.error("%s", line)
         return self.exit_code if self.exit_code is not None else EXIT_OK
 
     def _start_components(self) -> None:
@@ -172,13 +181,9 @@ class Runner(Component):
         self.marks.setdefault("processes_started", time.time())
         if self.threads_before_fork:  # this interpreter may train again, serially, later
             torch.set_num_threads(self.threads_before_fork)
-        if self._stats is None:
-            # after the processes start: the TensorBoard writer runs a thread, which a fork must not copy
-            start_frames = self.population.resumed["frames"] if self.population.resumed else 0
-            writer = self.experiment.summary_writer(start_frames)  # W&B's too, with --with_wandb=True
-            self._stats = TrainingStats.for_run(self.cfg, writer, self.launched, self.marks)
-            self.population.restore(self.stats)
-            self.progress = Progress(self.cfg, self.launched)
+        if self._stats is None:  # after the processes start (sf_core/run/run_records.py says why)
+            self._stats = start_stats(self.cfg, self.experiment, self.population, self.launched, self.marks)
+            self.progress = Progress(self.cfg, self.launched - self.stats.previous_seconds)  # over all sessions
         self.evaluations.start(self.stats)
         self.last_summary = self.last_console = self.last_save = time.time()
 
@@ -256,27 +261,17 @@ class Runner(Component):
             self._shutdown()
         if self.stopping:
             return
-        if self.exit_code is None:
-            self._check_stop_conditions(now)
+        reached = limits_reached(cfg, stats, stats.previous_seconds + now - self.launched)
+        if self.exit_code is None and reached:
+            log.info("%s", reached_line(cfg, reached[0]))
+            if reached[0] == TARGET:
+                stats.target_reached_at = now
+                stats.mean_return_at_target = stats.mean_return()
+            self.exit_code = EXIT_OK
         if self.exit_code is not None:
             self._shutdown()
 
     # ---------------------------------------------------------------- checks
-    def _check_stop_conditions(self, now: float) -> None:
-        cfg, stats = self.cfg, self.stats
-        if stats.target_reached(cfg.target_mean_return):
-            log.info("reached --target_mean_return=%g%s", cfg.target_mean_return,
-                     " (every policy)" if cfg.num_policies > 1 else "")
-            stats.target_reached_at = now
-            stats.mean_return_at_target = stats.mean_return()
-            self.exit_code = EXIT_OK
-        elif stats.frames >= cfg.train_for_env_steps:
-            log.info("reached --train_for_env_steps=%d", cfg.train_for_env_steps)
-            self.exit_code = EXIT_OK
-        elif now - self.launched >= cfg.train_for_seconds:
-            log.info("reached --train_for_seconds=%g", cfg.train_for_seconds)
-            self.exit_code = EXIT_OK
-
     def _check_health(self, now: float) -> None:
         if self.error is not None or self.stopping:  # processes end while stopping: by design
             return
@@ -355,8 +350,14 @@ class Runner(Component):
             log.warning("could not deliver '%s' to %s: a dead process left its queue locked",
                         signal_.name, ", ".join(sorted(unreachable)))
 
-    def _save_after_serial_failure(self) -> None:
-        """Serial mode: the loop died with the failing slot; run it once more to save and stop."""
+    def _stop_after_failure(self) -> None:
+        """Save and stop after an exception ended the runner's loop. Serial mode: the loop died with the
+        failing slot; run it once more to save and stop."""
+        if self._stats is None:  # nothing started that could save
+            return
+        if not self.serial:
+            self._shutdown()
+            return
         Routing.rearm(self.loop)
         self._request_checkpoint()
         STOP.emit(self)
@@ -374,25 +375,25 @@ class Runner(Component):
         if self._stats is None:
             return
         self.evaluations.finish(self.topology.evaluator, self.stats, self.exit_code == EXIT_OK)
-        self.stats.write_summaries()
+        self._closing("write the TensorBoard logs", self.stats.write_summaries)
         if self.stats.writer is not None:
-            self.stats.writer.close()
+            self._closing("close the TensorBoard logs", self.stats.writer.close)
         # from disk: in serial mode the learner's checkpoint_saved may still sit behind the loop's end
         last = self.population.last_checkpoints()
         self.last_checkpoint = last[self.stats.best_policy()]
-        summary = self.stats.summary(self.exit_code, self.error)
-        summary["last_checkpoint"] = self.last_checkpoint
-        if len(last) > 1:
-            summary["last_checkpoints"] = last
-        for line in self.stats.policy_report() + (self.stats.accounting.lines() if self.cfg.time_report else []):
+        summary = final_summary(self.stats, last, self.exit_code, self.error)
+        self._closing("write training_summary.json", lambda: self.experiment.write_summary(summary))
+        for line in closing_lines(self.stats, last, self.cfg.time_report):
             log.info(line)
-        self.experiment.write_summary(summary)
-        if len(last) == 1 and self.last_checkpoint:
-            log.info("last checkpoint: %s", self.last_checkpoint)
-        for policy, path in enumerate(last if len(last) > 1 else []):
-            best = " (the best)" if path == self.last_checkpoint else ""
-            log.info("last checkpoint of policy %d%s: %s", policy, best, path or "none yet")
         self.topology.close_processes()
+
+    def _closing(self, what: str, step) -> None:
+        """One step of the end: a failed write (a full disk) is said, and fails the run if nothing else did."""
+        try:
+            step()
+        except OSError as exc:
+            log.warning("could not %s: %s", what, exc)
+            self._fail("runner", f"could not {what}: {exc}")
 
 
 def _died(proc) -> str:  # a ComponentProcess (death_hint: its likely cause) or a learner rank's process
