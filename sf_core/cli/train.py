@@ -8,8 +8,8 @@ import sys
 import time
 from typing import Sequence
 
-from sf_core.envs.registry import EnvNotFoundError
-from sf_core.cli import exit_process
+from sf_core.envs.registry import EnvNotFoundError, UnregisteredEnvError
+from sf_core.cli import exit_process, unregistered_env_hint
 from sf_core.cli.arguments import build_parser, parse_args
 from sf_core.common import logs
 from sf_core.common.logs import quiet_signal_slot_logs
@@ -17,17 +17,8 @@ from sf_core.config import ConfigError
 from sf_core.machine.fit import describe, this_machine
 from sf_core.machine.heap import collector_paused
 from sf_core.machine.start_method import start_forkserver_early
-from sf_core.run.presets import VERIFIED
 
 log = logging.getLogger("sf_core")
-
-
-def preset_line(preset: str) -> str:
-    """The console's word on the preset it applied, and whether its values were verified here."""
-    line = f"applied preset for {preset} (flags you pass override it)"
-    if preset not in VERIFIED:
-        line += ": published values, not yet verified here to reach the env's usual score (docs/results.md)"
-    return line
 
 
 def setup_logging() -> None:
@@ -48,14 +39,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(description="Train an agent with asynchronous PPO (APPO).")
     with collector_paused():  # torch's import, from the flag checks on (sf_core/machine/heap.py)
         try:
-            cfg, preset = parse_args(argv, parser, parsed=start_forkserver_early)  # its imports overlap ours
+            # the forkserver's imports overlap ours; the preset's or env fit's lines once the flags are valid
+            cfg, _ = parse_args(argv, parser, parsed=start_forkserver_early,
+                                announce=lambda line: log.info("%s", line))
         except ConfigError as exc:
             print(f"sf_core.train: error: {exc}", file=sys.stderr)
             return 2
         except SystemExit as exc:  # --help
             return int(exc.code or 0)
-        if preset:
-            log.info("%s", preset_line(preset))
         if cfg.machine_fit:
             where = "this machine" if not cfg.ray_address else "this machine; each cluster sampler refits its node"
             log.info("%s", describe(cfg, this_machine(cfg.device), where))
@@ -65,7 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return Runner(cfg, launched=launched).run()
     except (EnvNotFoundError, ConfigError) as exc:
-        print(f"sf_core.train: error: {exc}", file=sys.stderr)
+        unknown = isinstance(exc.__cause__ or exc, UnregisteredEnvError)  # the runner's ConfigError wraps it
+        print(f"sf_core.train: error: {exc}{unregistered_env_hint(cfg.env_module, False) if unknown else ''}",
+              file=sys.stderr)
         return 1
 
 
