@@ -24,8 +24,7 @@ def register_algorithm(name: str, builder: AlgorithmBuilder) -> None:
 
 def algorithm_builder(name: str) -> AlgorithmBuilder:
     if name not in _ALGORITHMS:
-        raise ValueError(f"unknown --algo={name!r}; known: {', '.join(sorted(_ALGORITHMS))} "
-                         f"(register others with sf_core.algo.registry.register_algorithm)")
+        raise ValueError(unknown_algorithm(name))
     return _ALGORITHMS[name]
 
 
@@ -33,8 +32,14 @@ def known_algorithms() -> list[str]:
     return sorted(_ALGORITHMS)
 
 
+def unknown_algorithm(name: str) -> str:
+    """The message for an --algo nobody registered; RL-Zoo's lower-case names (`--algo ppo`) are told the case."""
+    case = f" (names are upper case here: --algo={name.upper()})" if name.upper() in _ALGORITHMS else ""
+    return (f"unknown --algo={name!r}{case}; known: {', '.join(known_algorithms())} "
+            f"(register others with sf_core.algo.registry.register_algorithm)")
+
+
 @register_check
 def check_algo(cfg: Config) -> None:
     if cfg.algo not in _ALGORITHMS:
-        raise ConfigError(f"unknown --algo={cfg.algo!r}; known: {', '.join(known_algorithms())} "
-                          f"(register others with sf_core.algo.registry.register_algorithm)")
+        raise ConfigError(unknown_algorithm(cfg.algo))

@@ -50,6 +50,11 @@ class EnvNotFoundError(ValueError):
     pass
 
 
+class UnregisteredEnvError(EnvNotFoundError):
+    """A name neither `register_env` (in this process) nor gymnasium knows: typically a custom env whose
+    registering module was not imported (the command-line tools then say how: --env_module)."""
+
+
 # Envs this package defines, by name. Looked up after user registrations, so a user may shadow one;
 # module-level factories, so worker processes import them by name like any other module function.
 BUILTIN_ENVS: dict[str, EnvFactory] = {
@@ -94,7 +99,7 @@ class EnvRegistry:
             if is_mujoco_name(name) and isinstance(exc, gym.error.DependencyNotInstalled):
                 raise EnvNotFoundError(f"env {name!r} needs MuJoCo ({exc}): pip install -e '.[mujoco]'") from None
             known = ", ".join(sorted(self.factories)) or "none"
-            raise EnvNotFoundError(
+            raise UnregisteredEnvError(
                 f"unknown env {name!r}: not registered with sf_core.register_env (registered: {known}) "
                 f"and gymnasium says: {exc}"
             ) from None

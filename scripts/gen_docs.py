@@ -31,7 +31,8 @@ from sf_core.cli.arguments import add_bool_argument  # noqa: E402
 from sf_core.config import GROUPS, Config  # noqa: E402
 from sf_core.contracts import signals  # noqa: E402
 from sf_core.contracts.sample import FIELDS  # noqa: E402
-from sf_core.run.presets import ALGORITHM_PRESETS, PRESETS  # noqa: E402
+from sf_core.run.env_fit import SMALL_ACTIONS, SMALL_OBSERVATION, SMALL_VECTOR_ENV  # noqa: E402
+from sf_core.run.presets import ALGORITHM_PRESETS, OTHER_VERSIONS, PRESETS  # noqa: E402
 
 OUTPUT = os.path.join(REPO, "docs", "flags.md")
 ARCHITECTURE = os.path.join(REPO, "docs", "architecture.md")
@@ -53,7 +54,8 @@ Pass them as `--<name>=value`. Booleans accept `True`/`False` (also `1`/`0`, `ye
 as `--<name>=False` or `--<name> False`, and a boolean written alone means True (`--serial_mode`), as in
 Sample Factory; the same holds for `sf_core.enjoy`, `sf_core.evaluate`, `sf_core.env_server` and the
 scripts. List flags take space-separated values (`--encoder_mlp_layers 64 64`). Unknown flags and abbreviations
-are errors. A per-env preset (table at the end) may change a default; a flag you type always wins.
+are errors. A flag's dashed spelling (`--num-workers=4`) is the flag. A per-env preset, or for an env
+without one defaults fitted to its spaces (both at the end), may change a default; a flag you type always wins.
 """
 
 
@@ -138,6 +140,7 @@ def presets_table() -> str:
     missing = sorted(keys - {f.name for f in known})
     if missing:
         raise RuntimeError(f"presets set values for unknown flags: {missing}")
+    versions = ", ".join(f"`{other}` gets `{key}`'s" for other, key in OTHER_VERSIONS.items())
     lines = [
         "## Per-env presets: applied under your flags",
         "",
@@ -148,6 +151,12 @@ def presets_table() -> str:
         "prefix, so a name registered with `register_env` gets a preset only if it equals one of these ids",
         "or starts with one of these prefixes. Where a value depends on `--algo` too, the cell names the",
         "algorithms that get another one.",
+        "",
+        f"Another version of an env gets its preset where the two have the same spaces ({versions});",
+        "the console then says which preset it applied and that it was made for the other version. Another",
+        "version not known to match (`Ant-v4`, whose observations differ from `Ant-v5`'s) gets none, and the",
+        "console names the id that has one. `python -m sf_core.train --env=ENV --help` shows each flag's value",
+        "with the preset applied and where it comes from.",
         "",
         "| flag | default | " + " | ".join(f"`{env}`" for env in envs) + " |",
         "| --- | --- | " + " | ".join("---" for _ in envs) + " |",
@@ -160,9 +169,33 @@ def presets_table() -> str:
     return "\n".join(lines)
 
 
+def env_fit_section() -> str:
+    fields = {f.name: f for f in dataclasses.fields(Config)}
+    rows = [f"| `--{name}` | {_default_cell(fields[name])} | `{format_value(value)}` |"
+            for name, value in SMALL_VECTOR_ENV.items()]
+    return "\n".join([
+        "## Defaults fitted to the env: for an env without a preset",
+        "",
+        "`Config`'s defaults are Sample Factory's, sized for Atari. When no preset applies (nor points to",
+        "another version of the env), the env is made once while the flags are parsed, and if its",
+        f"observation is a vector of at most {SMALL_OBSERVATION} numbers (a `Dict`/`Tuple` without images",
+        f"counts its fields) and it has at most {SMALL_ACTIONS} actions (or `Box` action dimensions), these",
+        "values replace the defaults of the flags you did not type (`sf_core/run/env_fit.py`). The console",
+        "logs `applied defaults fitted to the env's spaces (...)` with the values, and `config.json` lists",
+        "them (`env_fit`). Image observations and larger spaces keep Sample Factory's defaults. The runs",
+        "that chose these values are in [results.md](results.md#defaults-fitted-to-the-env-small-vector-envs-"
+        "without-a-preset-2026-11-26).",
+        "`--fit_defaults_to_env=False` keeps them always; with `--env_service` nothing is fitted.",
+        "",
+        "| flag | default | small vector env |",
+        "| --- | --- | --- |",
+        *rows,
+    ])
+
+
 def render() -> str:
     """The full text of docs/flags.md."""
-    return f"{HEADER}\n{flags_tables()}\n\n{presets_table()}\n"
+    return f"{HEADER}\n{flags_tables()}\n\n{presets_table()}\n\n{env_fit_section()}\n"
 
 
 # ------------------------------------------------------------------------------- docs/architecture.md

@@ -50,11 +50,64 @@ def test_bad_values_name_the_problem(argv, message):
     ("--n_envs=8", "--n_envs is another trainer's flag: here it is --num_workers and --num_envs_per_worker"),
     ("--total_timesteps=100000", "here it is --train_for_env_steps"),
     ("--n_steps=128", "here it is --rollout"),
+    # CleanRL's and RL-Zoo's flags are dashed
+    ("--total-timesteps=100000", "--total-timesteps is another trainer's flag: here it is --train_for_env_steps"),
+    ("--num-envs=8", "--num-envs is another trainer's flag: here it is --num_workers and --num_envs_per_worker"),
+    ("--ent-coef=0.01", "here it is --exploration_loss_coeff"),
+    ("--num-steps=128", "here it is --rollout"),
+    ("--update-epochs=4", "here it is --num_epochs"),
+    ("--n-timesteps=1000", "--n-timesteps is another trainer's flag: here it is --train_for_env_steps"),
+    ("--eval-freq=10000", "no evaluation during training here"),
+    ("--tensorboard-log=logs", "here it is --train_dir"),
+    ("--save-freq=1000", "here it is --save_every_sec (in seconds, not steps)"),
+    ("--num-worker=4", "--num-worker: did you mean --num_workers?"),
 ])
 def test_an_unknown_flag_gets_the_closest_known_one(flag, hint):
     with pytest.raises(ConfigError) as err:
         parse_args(["--env=CartPole-v1", flag])
     assert str(err.value).startswith(f"unrecognized arguments: {flag}") and hint in str(err.value)
+
+
+def test_rl_zoos_short_flags_get_the_hint_too():
+    with pytest.raises(ConfigError) as err:
+        parse_args(["--env=CartPole-v1", "-n", "1000", "-f", "logs"])
+    assert str(err.value).startswith("unrecognized arguments: -n 1000 -f logs")
+    assert "-n is another trainer's flag: here it is --train_for_env_steps" in str(err.value)
+    assert "-f is another trainer's flag: here it is --train_dir" in str(err.value)
+
+
+def test_rl_zoos_lower_case_algorithm_is_told_the_case():
+    with pytest.raises(ConfigError, match=r"unknown --algo='ppo' \(names are upper case here: --algo=PPO\)"):
+        parse_args(["--env=CartPole-v1", "--algo", "ppo"])
+
+
+def test_a_dashed_spelling_of_a_flag_is_the_flag_and_counts_as_typed():
+    cfg, preset = parse_args(["--env=CartPole-v1", "--num-workers=3", "--train-for-env-steps", "1000",
+                              "--learning-rate=0.01", "--encoder-mlp-layers", "8", "8", "--serial-mode"])
+    assert preset == "CartPole-v1"  # whose values for these flags would otherwise apply
+    assert (cfg.num_workers, cfg.train_for_env_steps, cfg.learning_rate) == (3, 1000, 0.01)
+    assert cfg.encoder_mlp_layers == [8, 8] and cfg.serial_mode is True
+    assert "num_workers" not in cfg.machine_fit
+
+
+def test_help_lists_the_underscored_names_only():
+    from sf_core.cli.arguments import build_parser
+
+    text = build_parser().format_help()
+    assert "--num_workers" in text and "--num-workers" not in text and "--train-for-env-steps" not in text
+
+
+def test_every_tool_takes_dashed_spellings():
+    parsers = _entry_point_parsers()
+    enjoy, required = parsers["enjoy"]
+    args = enjoy.parse_args(required + ["--max-num-episodes=3", "--save-video", "--policy-index", "1"])
+    assert (args.max_num_episodes, args.save_video, args.policy_index) == (3, True, 1)
+    evaluate, required = parsers["evaluate"]
+    assert evaluate.parse_args(required + ["--max-task-retries=5"]).max_task_retries == 5
+    server, required = parsers["env_server"]
+    assert server.parse_args(required + ["--max-message-bytes=64"]).max_message_bytes == 64
+    with pytest.raises(ConfigError, match="--max-num-episode: did you mean --max_num_episodes"):
+        enjoy.parse_args(["--experiment=x", "--max-num-episode=3"])
 
 
 def test_a_flag_nothing_resembles_gets_no_suggestion():

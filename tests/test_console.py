@@ -6,7 +6,7 @@ import gymnasium as gym
 
 from sf_core.algo.model import ActorCritic, layer_summary
 from sf_core.algo.model_spec import ModelSpec
-from sf_core.cli.train import preset_line
+from sf_core.run.presets import preset_for
 from sf_core.run.stats import TrainingStats
 
 
@@ -20,10 +20,11 @@ def test_the_start_up_line_names_the_models_layers():
 
 
 def test_a_preset_not_verified_here_says_so():
-    assert preset_line("CartPole-v1") == "applied preset for CartPole-v1 (flags you pass override it)"
-    assert preset_line("Acrobot-v1").endswith("(flags you pass override it)")
-    for preset in ("atari_*", "HalfCheetah-v5"):
-        assert "not yet verified here" in preset_line(preset)
+    assert preset_for("CartPole-v1").describe("CartPole-v1") == \
+        "applied preset for CartPole-v1 (flags you pass override it)"
+    assert preset_for("Acrobot-v1").describe("Acrobot-v1").endswith("(flags you pass override it)")
+    for env in ("atari_pong", "HalfCheetah-v5"):
+        assert "not yet verified here" in preset_for(env).describe(env)
 
 
 def test_with_several_policies_every_version_is_named_by_its_policy():

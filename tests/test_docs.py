@@ -13,6 +13,8 @@ import sys
 from unittest import mock
 
 from sf_core.cli.arguments import build_parser
+from sf_core.cli.parser import _Parser
+from sf_core.cli.their_names import THEIR_NAMES
 from sf_core.config import Config
 from tests.conftest import REPO
 from tests.layout import source_base
@@ -81,6 +83,9 @@ OTHER_PROGRAMS = {
     "git worktree": {"detach"},
     # docs/multi_policy.md's table of Sample Factory 2's PBT flags that sf_core replaces
     "Sample Factory": {"pbt_mix_policies_in_one_env", "pbt_optimize_gamma", "pbt_replace_reward_gap_absolute"},
+    # the README's and docs/flags.md's examples of the names the trainer answers with its own
+    # (sf_core/cli/their_names.py), as Stable-Baselines3, CleanRL and RL-Zoo spell them
+    "other trainers": {*THEIR_NAMES, *(name.replace("_", "-") for name in THEIR_NAMES)},
 }
 # A path given to these flags names a file the command writes, so it need not exist beforehand.
 OUTPUT_FLAG = re.compile(r"--(?:output|plot)=$")
@@ -139,8 +144,10 @@ def known_flags() -> set[str]:
     names = {f.name for f in dataclasses.fields(Config)}
     names |= {flag for flags in OTHER_PROGRAMS.values() for flag in flags}
     for parser in parsers:
-        names |= {option[2:] for action in parser._actions for option in action.option_strings
-                  if option.startswith("--")}
+        flags = {option[2:] for action in parser._actions for option in action.option_strings
+                 if option.startswith("--")}
+        dashed = {f.replace("_", "-") for f in flags} if isinstance(parser, _Parser) else set()  # parse as the flag
+        names |= flags | dashed
     return names
 
 

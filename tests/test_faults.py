@@ -16,6 +16,7 @@ from tests.helpers import train
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("args, message", [
     (["--env=NoSuchEnv-v0"], "unknown env 'NoSuchEnv-v0'"),
+    (["--env=NoSuchEnv-v0"], "if it is your own env: pass --env_module=MODULE, a module that calls register_env"),
     (["--env=CartPole-v1", "--not_a_flag=3"], "unrecognized arguments: --not_a_flag=3"),
     (["--env=CartPole-v1", "--num_workers=0"], "--num_workers must be at least 1, got 0"),
     (["--env=CartPole-v1", "--learning_rate=fast"], "argument --learning_rate: invalid float value: 'fast'"),

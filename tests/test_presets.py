@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import pytest
 
-from sf_core.run.presets import PRESETS, VERIFIED
+from sf_core.cli.arguments import parse_args
+from sf_core.run.presets import OTHER_VERSIONS, PRESETS, VERIFIED, preset_for
 from tests import launch
+from tests.conftest import extra
 from tests.helpers import read_summary
 
 # env -> (the usual "solved" mean return, a wall-clock bound for this 2-core box with room for a loaded CI)
@@ -15,6 +18,40 @@ SOLVED = {"CartPole-v1": (475.0, 90), "Acrobot-v1": (-100.0, 150), "Pendulum-v1"
 def test_every_verified_preset_exists_and_the_classic_ones_are_tested():
     assert set(VERIFIED) <= set(PRESETS)
     assert set(SOLVED) <= set(VERIFIED)
+
+
+@pytest.mark.parametrize("other, env", sorted(OTHER_VERSIONS.items()))
+def test_another_version_gets_a_preset_only_where_its_spaces_are_the_presets_envs(other, env):
+    if env != "CartPole-v1":
+        extra("mujoco", "mujoco")
+    made = [gym.make(name) for name in (other, env)]
+    try:
+        assert made[0].observation_space == made[1].observation_space
+        assert made[0].action_space == made[1].action_space
+    finally:
+        for instance in made:
+            instance.close()
+    match = preset_for(other, "PPO")
+    assert (match.key, match.how) == (env, "version") and match.values == preset_for(env, "PPO").values
+
+
+def test_another_version_says_which_preset_it_got_and_that_a_flag_typed_wins():
+    lines = []
+    cfg, preset = parse_args(["--env=HalfCheetah-v4", "--learning_rate=0.01"], announce=lines.append)
+    assert preset == cfg.preset == "HalfCheetah-v5"
+    assert cfg.learning_rate == 0.01 and cfg.num_epochs == 5 and cfg.nonlinearity == "tanh"
+    assert lines[0].startswith("applied the preset of HalfCheetah-v5, made for that version: HalfCheetah-v4 has "
+                               "the same spaces (flags you pass override it)")
+
+
+def test_a_version_not_known_to_match_gets_no_preset_and_a_line_naming_the_one_that_has_it():
+    lines = []
+    cfg, preset = parse_args(["--env=Ant-v4"], announce=lines.append)
+    assert preset is None and cfg.preset == "" and cfg.learning_rate == 1e-4
+    assert cfg.env_fit == []  # left to the preset it is pointed to, not fitted
+    assert lines == ["no preset for Ant-v4; Ant-v5 has one, not applied: Ant-v4's spaces are not known to match "
+                     "its (python -m sf_core.train --env=Ant-v5 --help shows its values)"]
+    assert preset_for("Pendulum-v0").how == "elsewhere" and preset_for("MyEnv-v1").how == "none"
 
 
 @pytest.mark.slow

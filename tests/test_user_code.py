@@ -195,6 +195,12 @@ def test_one_flag_brings_a_users_env_to_every_command_line_tool(tmp_path):
     assert max(results["returns"]) <= 50  # the module's 50-step limit: its env, not CartPole-v1's
     exported = launch.run([*where, "--format=torchscript"], timeout=120, module="sf_core.export", cwd=str(tmp_path))
     assert exported.returncode == 0, exported.stderr[-3000:]
+    for module in ("sf_core.enjoy", "sf_core.export"):  # as from a script's run: config.json names no module
+        unknown = launch.run([*where, "--env_module="], timeout=60, module=module, cwd=str(tmp_path))
+        assert unknown.returncode == 1 and "unknown env 'ShortCartPole-v0'" in unknown.stderr, unknown.stderr[-2000:]
+        assert ("the training script registered it in its own process, probably: pass --env_module=MODULE, a module "
+                "that calls register_env when it is imported, at its top level, not under `if __name__ == "
+                "\"__main__\":`") in unknown.stderr and "Traceback" not in unknown.stderr, unknown.stderr[-2000:]
     for module in ("sf_core.train", "sf_core.enjoy", "sf_core.export", "sf_core.env_server"):
         flags = {"sf_core.train": ["--env=ShortCartPole-v0", *where], "sf_core.env_server": ["--env=ShortCartPole-v0"]
                  }.get(module, where)

@@ -33,14 +33,28 @@ def import_user_modules(value: str | None) -> None:
                               f"folder or on PYTHONPATH)") from None
 
 
-def import_experiment_modules(value: str | None, experiment_path: str) -> None:
-    """--env_module if given, else the modules the experiment at `experiment_path` trained with (config.json)."""
+def import_experiment_modules(value: str | None, experiment_path: str) -> str:
+    """--env_module if given, else the modules the experiment at `experiment_path` trained with (config.json);
+    returns what it imported ("" for none)."""
     if value is None:
         try:
             value = load_config(experiment_path).env_module
         except ConfigError:  # no experiment there: the tool says so in its own words
-            return
+            return ""
     import_user_modules(value)
+    return value or ""
+
+
+def unregistered_env_hint(env_module: str, replaying: bool = True) -> str:
+    """What to do about an env nobody registered, given the --env_module modules imported. `replaying`: a tool
+    that loads an experiment (enjoy, export), whose env a training script may have registered in its own
+    process only."""
+    where = ("the training script registered it in its own process, probably" if replaying else
+             "if it is your own env")
+    module = "a module that calls register_env when it is imported" if not env_module else \
+        f"the module that calls register_env when it is imported (--env_module={env_module} did not register it)"
+    return (f"; {where}: pass --env_module=MODULE, {module}, at its top level, not under "
+            f"`if __name__ == \"__main__\":` (for my_script.py in this folder, --env_module=my_script)")
 
 
 def exit_process(code: int) -> NoReturn:

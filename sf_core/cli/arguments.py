@@ -1,7 +1,8 @@
 """The command line: every flag of `Config` as an argparse option, presets applied underneath, validated.
 
-`parse_args` builds the parser from the `Config` dataclass (sf_core/config.py), applies the env preset
-underneath whatever the user typed, and validates the result. Every entry point and script takes its
+`parse_args` builds the parser from the `Config` dataclass (sf_core/config.py), applies the env preset (or,
+for an env without one, defaults fitted to its spaces) underneath whatever the user typed
+(sf_core/cli/value_sources.py), fits the machine's flags, and validates the result. Every entry point and script takes its
 booleans through `add_bool_argument`, so `--flag`, `--flag=False` and `--flag False` all work.
 """
 
@@ -9,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import importlib
 from typing import Any, Callable, Sequence
 
-from sf_core.cli import import_user_modules
+from sf_core.cli.parser import _Parser, explicit_flags  # noqa: F401  (every entry point's parser)
 from sf_core.config import GROUPS, Config, ConfigError
 
 
@@ -38,42 +38,6 @@ def add_bool_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
     A default of None lets the caller tell "not given" apart (e.g. enjoy's --with_wandb: the run's own)."""
     parser.add_argument(f"--{name}", type=str2bool, nargs="?", const=True, default=default, metavar="BOOL",
                         help=help)
-
-
-# Other trainers' names for flags users bring (Stable-Baselines3, CleanRL): what to write here instead
-THEIR_NAMES = {
-    "n_envs": "--num_workers and --num_envs_per_worker (envs = workers × envs per worker)",
-    "num_envs": "--num_workers and --num_envs_per_worker (envs = workers × envs per worker)",
-    "n_steps": "--rollout", "num_steps": "--rollout",
-    "total_timesteps": "--train_for_env_steps",
-    "n_epochs": "--num_epochs", "update_epochs": "--num_epochs",
-    "num_minibatches": "--num_batches_per_epoch",
-    "ent_coef": "--exploration_loss_coeff", "vf_coef": "--value_loss_coeff",
-    "clip_range": "--ppo_clip_ratio", "clip_coef": "--ppo_clip_ratio",
-    "env_id": "--env", "cuda": "--device",
-}
-UNRECOGNIZED = "unrecognized arguments: "
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so `train.main(argv)` can return an exit code."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        if message.startswith(UNRECOGNIZED):
-            hints = [hint for token in message[len(UNRECOGNIZED):].split() if (hint := self.suggest(token))]
-            message += "".join(f"; {hint}" for hint in hints)
-        raise ConfigError(message)
-
-    def suggest(self, token: str) -> str | None:
-        """What a mistyped or foreign flag most likely means here, or None."""
-        if not token.startswith("--"):
-            return None
-        name = token[2:].split("=", 1)[0]
-        if name in THEIR_NAMES:
-            return f"--{name} is another trainer's flag: here it is {THEIR_NAMES[name]}"
-        known = [option for option in self._option_string_actions if option.startswith("--")]
-        close = difflib.get_close_matches(f"--{name}", known, n=3, cutoff=0.75)
-        return f"--{name}: did you mean {' or '.join(close)}?" if close else None
 
 
 def _arg_type(f: dataclasses.Field) -> dict[str, Any]:
@@ -107,50 +71,47 @@ def build_parser(prog: str = "python -m sf_core.train", description: str = "") -
     return parser
 
 
-def explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
-    """Names of the flags the user actually typed (presets must not override them)."""
-    shadow = argparse.Namespace()
-    probe = _Parser(add_help=False, allow_abbrev=False)
-    for action in parser._actions:
-        if action.dest != "help":
-            # a bare boolean flag (`--save_video`) stores its const: it was typed all the same
-            const = {"const": action.const} if action.const is not None else {}
-            probe.add_argument(*action.option_strings, dest=action.dest, nargs=action.nargs,
-                               default=argparse.SUPPRESS, type=action.type, choices=action.choices, **const)
-    probe.parse_args(list(argv), namespace=shadow)
-    return set(vars(shadow))
+def asks_for_help(argv: Sequence[str]) -> bool:
+    """Whether -h or --help is among the options of `argv` (before a bare `--`)."""
+    options = list(argv)[:list(argv).index("--")] if "--" in argv else argv
+    return "-h" in options or "--help" in options
 
 
 def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = None,
-               parsed: Callable[[dict[str, Any]], None] | None = None) -> tuple[Config, str | None]:
+               parsed: Callable[[dict[str, Any]], None] | None = None,
+               announce: Callable[[str], None] | None = None) -> tuple[Config, str | None]:
     """Parse and validate; returns the config and the name of the preset applied (if any). `parsed` sees the
-    flags' values (presets applied) before the checks, which import torch (seconds) to validate them."""
+    flags' values (presets applied) before the checks, which import torch (seconds) to validate them;
+    `announce` gets the lines that say what was applied under the user's flags, once they are valid. With
+    -h/--help: the help, showing the values this command line gets, and SystemExit."""
+    from sf_core.cli.value_sources import layered_values
     from sf_core.machine.fit import check_device, fit, this_machine
-    from sf_core.run.presets import preset_for
     from sf_core.service.endpoints import ServiceConfigError, apply_to_training, set_by_services
 
     parser = parser or build_parser()
-    args = parser.parse_args(list(argv))
-    import_user_modules(args.env_module)  # before anything looks the env up
-    typed = explicit_flags(parser, argv)
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(Config) if f.metadata.get("cli", True)}
-    preset_name, preset = preset_for(values["env"], values["algo"])
-    for key, value in preset.items():
-        if key not in typed:
-            values[key] = value
-    chosen = typed | set(preset) | set_by_services(values)
+    if asks_for_help(argv):
+        from sf_core.cli.help_values import print_help
+
+        print_help(parser, argv)
+    layered = layered_values(parser, argv)
+    values = layered.values
+    values["preset"] = layered.preset.key if layered.preset.values else ""
+    values["env_fit"] = layered.fitted()
+    chosen = layered.typed | set(layered.under) | set_by_services(values)
     if parsed is not None:
         parsed(values)
     check_device(values["device"])
     values["machine_fit"] = fit(values, chosen, this_machine(values["device"]))
     try:
-        apply_to_training(values, typed)
+        apply_to_training(values, layered.typed)
     except ServiceConfigError as exc:
         raise ConfigError(str(exc)) from None
     cfg = Config(**values)
     import_flag_checks()
     cfg.validate()
-    return cfg, preset_name
+    for line in layered.lines() if announce is not None else ():
+        announce(line)
+    return cfg, cfg.preset or None
 
 
 # The modules whose flag checks Config.validate runs: each registers its own (sf_core.config.register_check)

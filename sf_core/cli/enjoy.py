@@ -20,8 +20,9 @@ import gymnasium as gym
 import numpy as np
 
 from sf_core.envs.multi_agent import is_multi_agent
-from sf_core.envs.registry import EnvContext, EnvNotFoundError, registry_snapshot
-from sf_core.cli import add_env_module_argument, exit_process, import_experiment_modules
+from sf_core.envs.registry import EnvContext, EnvNotFoundError, UnregisteredEnvError, registry_snapshot
+from sf_core.cli import (add_env_module_argument, exit_process, import_experiment_modules,
+                         unregistered_env_hint)
 from sf_core.cli.arguments import BOOL_EPILOG, _Parser, add_bool_argument
 from sf_core.cli.train import setup_logging
 from sf_core.config import ConfigError
@@ -145,14 +146,18 @@ def write_video(path: str, frames: list, fps: int) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
+    env_module = ""
     try:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-        import_experiment_modules(args.env_module, os.path.join(args.train_dir, args.experiment))
+        env_module = import_experiment_modules(args.env_module, os.path.join(args.train_dir, args.experiment))
         check_device(args.device)
         args.device = resolve_device(args.device)  # as training does: without CUDA, the CPU (with a warning)
         results = evaluate(args)
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
+    except UnregisteredEnvError as exc:
+        print(f"sf_core.enjoy: error: {exc}{unregistered_env_hint(env_module)}", file=sys.stderr)
+        return 1
     except (ConfigError, EnvNotFoundError, ValueError) as exc:
         print(f"sf_core.enjoy: error: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1

@@ -14,7 +14,7 @@ import gymnasium as gym
 import zmq
 
 from sf_core.cli import exit_process, import_user_modules
-from sf_core.cli.arguments import BOOL_EPILOG, add_bool_argument
+from sf_core.cli.arguments import BOOL_EPILOG, _Parser, add_bool_argument
 from sf_core.config import ConfigError
 from sf_core.service.env_server import EnvServer
 from sf_core.service.protocol import ProtocolError
@@ -26,9 +26,8 @@ log = logging.getLogger("sf_core.env_server")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sf_core.env_server", description="Serve a registered env over ZeroMQ.",
-                                epilog=BOOL_EPILOG,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
+    p = _Parser(prog="python -m sf_core.env_server", description="Serve a registered env over ZeroMQ.",
+                epilog=BOOL_EPILOG, formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
     p.add_argument("--env", required=True, help="Env to serve: a registered name or any gymnasium id.")
     p.add_argument("--port", type=int, default=5555, help="TCP port; 0 picks a free one (printed at startup).")
     p.add_argument("--capacity", type=int, default=1, help="Concurrent env instances (slots) served.")
@@ -43,15 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s env_server %(levelname)s %(message)s")
     try:
+        args = build_parser().parse_args(argv)
         import_user_modules(args.env_module)
         server = EnvServer(args.env, args.capacity, args.host, args.port, args.seed,
                            max_bytes=args.max_message_bytes or None, parallel=args.parallel)
     except (ValueError, gym.error.Error, zmq.ZMQError, ProtocolError, ConfigError) as exc:
         print(f"sf_core.env_server: error: {exc}", file=sys.stderr)
         return 2
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     signal.signal(signal.SIGINT, lambda *_: server.stop())
     # one line a supervisor (or a test) can wait for: the port is final now

@@ -11,7 +11,7 @@ import sys
 from typing import Sequence
 
 from sf_core.cli import exit_process, import_user_modules
-from sf_core.cli.arguments import BOOL_EPILOG, add_bool_argument
+from sf_core.cli.arguments import BOOL_EPILOG, _Parser, add_bool_argument
 from sf_core.common.logs import setup_logging
 from sf_core.config import ConfigError
 from sf_core.evaluation.evaluator import EXIT_OK, EXIT_USAGE, Coordinator, EvalError, finished_ids, load_tasks
@@ -21,10 +21,9 @@ log = logging.getLogger("sf_core")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sf_core.evaluate", allow_abbrev=False,
-                                description="Run evaluation tasks on env services, one result line per task.",
-                                epilog=BOOL_EPILOG,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = _Parser(prog="python -m sf_core.evaluate", allow_abbrev=False,
+                description="Run evaluation tasks on env services, one result line per task.", epilog=BOOL_EPILOG,
+                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--tasks", required=True, help="JSONL file: one task per line (see the module doc).")
     p.add_argument("--env_service", default="",
                    help="host:port*capacity,... or a YAML file (`endpoints:` as for training, or named `pools:`); "
@@ -63,7 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
-    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    except ConfigError as exc:
+        print(f"sf_core.evaluate: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         if args.num_workers < 0 or args.max_task_retries < 0 or args.concurrency < 0:
             raise EvalError("--num_workers, --concurrency and --max_task_retries must be at least 0")

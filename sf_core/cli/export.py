@@ -12,8 +12,9 @@ import os
 import sys
 from typing import Sequence
 
-from sf_core.envs.registry import EnvNotFoundError
-from sf_core.cli import add_env_module_argument, exit_process, import_experiment_modules
+from sf_core.envs.registry import EnvNotFoundError, UnregisteredEnvError
+from sf_core.cli import (add_env_module_argument, exit_process, import_experiment_modules,
+                         unregistered_env_hint)
 from sf_core.cli.arguments import _Parser
 from sf_core.cli.train import setup_logging
 from sf_core.config import ConfigError
@@ -40,13 +41,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
+    env_module = ""
     try:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-        import_experiment_modules(args.env_module, os.path.join(args.train_dir, args.experiment))
+        env_module = import_experiment_modules(args.env_module, os.path.join(args.train_dir, args.experiment))
         path = export(os.path.join(args.train_dir, args.experiment), args.format, args.checkpoint, args.output,
                       args.policy_index)
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
+    except UnregisteredEnvError as exc:
+        print(f"sf_core.export: error: {exc}{unregistered_env_hint(env_module)}", file=sys.stderr)
+        return 1
     except (ConfigError, EnvNotFoundError, ValueError) as exc:
         print(f"sf_core.export: error: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1

@@ -10,8 +10,8 @@ import time
 from typing import Sequence
 
 from sf_core.envs.env_check import EnvContractError
-from sf_core.envs.registry import EnvNotFoundError
-from sf_core.cli import exit_process
+from sf_core.envs.registry import EnvNotFoundError, UnregisteredEnvError
+from sf_core.cli import exit_process, unregistered_env_hint
 from sf_core.cli.arguments import build_parser, parse_args
 from sf_core.common import logs
 from sf_core.common.logs import quiet_signal_slot_logs
@@ -20,17 +20,8 @@ from sf_core.machine.fit import describe, this_machine
 from sf_core.machine.heap import collector_paused
 from sf_core.machine.start_method import start_forkserver_early
 from sf_core.records.experiment_lock import ExperimentLock
-from sf_core.run.presets import VERIFIED
 
 log = logging.getLogger("sf_core")
-
-
-def preset_line(preset: str) -> str:
-    """The console's word on the preset it applied, and whether its values were verified here."""
-    line = f"applied preset for {preset} (flags you pass override it)"
-    if preset not in VERIFIED:
-        line += ": published values, not yet verified here to reach the env's usual score (docs/results.md)"
-    return line
 
 
 def setup_logging() -> None:
@@ -70,7 +61,9 @@ def _train(argv: list[str], lock: ExperimentLock, launched: float) -> int:
         print(f"sf_core.train: error: {exc}", file=sys.stderr)
         return 2
     except (EnvNotFoundError, ConfigError) as exc:
-        print(f"sf_core.train: error: {exc}", file=sys.stderr)
+        unknown = isinstance(exc.__cause__ or exc, UnregisteredEnvError)  # the runner's ConfigError wraps it
+        print(f"sf_core.train: error: {exc}{unregistered_env_hint(cfg.env_module, False) if unknown else ''}",
+              file=sys.stderr)
         return 1
 
 
@@ -92,14 +85,14 @@ def configure(argv: Sequence[str], lock: ExperimentLock) -> Config:
 
     parser = build_parser(description="Train an agent with asynchronous PPO (APPO).")
     with collector_paused():  # torch's import, from the flag checks on (sf_core/machine/heap.py)
-        cfg, preset = parse_args(argv, parser, parsed=parsed)  # the forkserver's imports overlap ours
-        if preset:
-            log.info("%s", preset_line(preset))
+        # the forkserver's imports overlap ours; the preset's or env fit's lines once the flags are valid
+        cfg, _ = parse_args(argv, parser, parsed=parsed, announce=lambda line: log.info("%s", line))
         if cfg.machine_fit:
             where = "this machine" if not cfg.ray_address else "this machine; each cluster sampler refits its node"
             log.info("%s", describe(cfg, this_machine(cfg.device), where))
         import sf_core.run.runner  # noqa: F401  (the runner's imports, while the collector is paused)
     return cfg
+
 
 if __name__ == "__main__":
     exit_process(main())

@@ -60,6 +60,15 @@ class Config:
     target_mean_return: float = flag(
         float("inf"), "experiment", "Stop once the mean return of the last --stats_window episodes reaches this."
     )
+    fit_defaults_to_env: bool = flag(
+        True, "experiment", "For an env without a preset: replace the defaults of the flags you do not type with "
+        "values fitted to its spaces (sf_core/run/env_fit.py; a small vector observation and a few actions: "
+        "--encoder_mlp_layers 64 64 --learning_rate=0.001 --batch_size=512 --num_epochs=2), as a preset would; "
+        "the console names them. The env is made once more to read its spaces; not with --env_service. False: "
+        "Sample Factory's defaults.")
+    # not flags: the preset parse_args applied (its key; "" for none) and the flags it fitted to the env's spaces
+    preset: str = field(default="", metadata={"group": "experiment", "cli": False})
+    env_fit: list[str] = field(default_factory=list, metadata={"group": "experiment", "cli": False})
 
     # --- env
     env_frameskip: int = flag(1, "env", "Frames per env step; env frames count frameskip × steps.")

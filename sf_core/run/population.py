@@ -83,7 +83,19 @@ class Population:
         if differ:
             raise ConfigError(f"{self.experiment_path} holds a run with other flags ({'; '.join(differ)}): it cannot "
                               f"be resumed by this one. Name another experiment (--experiment=NAME), or start this "
-                              f"one afresh (--restart_behavior=overwrite)")
+                              f"one afresh (--restart_behavior=overwrite){self._applied_now(saved)}")
+
+    def _applied_now(self, saved: Config) -> str:
+        """Values this run got under its flags that the saved one did not (a run from before an env fit or a
+        preset applied to its env): how to type the saved run's values back."""
+        fitted = [name for name in SAME_ON_RESUME if name in self.cfg.env_fit and name not in saved.env_fit]
+        if fitted:
+            return (f". {', '.join(fitted)} were fitted to the env's spaces now: --fit_defaults_to_env=False "
+                    f"keeps Sample Factory's defaults")
+        if self.cfg.preset and self.cfg.preset != saved.preset:
+            return (f". This run's values come partly from the {self.cfg.preset} preset: type the saved run's "
+                    f"values to resume it")
+        return ""
 
     @property
     def resumed(self) -> dict | None:

@@ -8,7 +8,8 @@ hyperparameters not yet tuned here.
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, NamedTuple
 
 # Classic-control envs: tiny observations, fast steps. Short rollouts and small datasets give many
 # quick updates, which is what solves these envs sooner in wall-clock time.
@@ -151,14 +152,53 @@ PRESETS: dict[str, dict[str, Any]] = {
 # hold published values (RL-Zoo, Sample Factory), and the console says so when it applies one
 VERIFIED = ("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "nim21")
 
+# Other versions of an env with a preset that get its values: the same task with the same observation and action
+# spaces (tests/test_presets.py makes both and compares), so values tuned for one fit the other. CartPole-v0 ends
+# episodes at 200 steps (475 is not reachable there; 195 is its solved mark). Ant-v4 and Humanoid-v4 are left
+# out: their observations differ from v5's (27 and 376 numbers against 105 and 348).
+OTHER_VERSIONS = {"CartPole-v0": "CartPole-v1", "HalfCheetah-v4": "HalfCheetah-v5", "Hopper-v4": "Hopper-v5",
+                  "Walker2d-v4": "Walker2d-v5"}
+VERSIONED = re.compile(r"(.+)-v(\d+)")
 
-def preset_for(env: str, algo: str = "APPO") -> tuple[str | None, dict[str, Any]]:
-    """The preset for `env` and `algo` (name, values), or (None, {}): an exact key first, then the longest
-    matching prefix key (`atari_*`); the algorithm's own values for that key over the env's."""
+
+class PresetMatch(NamedTuple):
+    """What `preset_for` found. `how`: "exact" (the env's own key), "prefix" (a key ending in `*`), "version"
+    (the preset of another version of the env, in OTHER_VERSIONS), "none"; or "elsewhere": another version of
+    the env has a preset (`key`) whose values were not applied (`values` is empty)."""
+
+    key: str | None
+    values: dict[str, Any]
+    how: str
+
+    def describe(self, env: str) -> str | None:
+        """The console's line about it for `env` (None when no preset is near)."""
+        if self.how == "none":
+            return None
+        if self.how == "elsewhere":
+            return (f"no preset for {env}; {self.key} has one, not applied: {env}'s spaces are not known to match "
+                    f"its (python -m sf_core.train --env={self.key} --help shows its values)")
+        line = f"applied preset for {self.key} (flags you pass override it)"
+        if self.how == "version":
+            line = f"applied the preset of {self.key}, made for that version: {env} has the same spaces (flags " \
+                   f"you pass override it)"
+        if self.key not in VERIFIED:
+            line += ": published values, not yet verified here to reach the env's usual score (docs/results.md)"
+        return line
+
+
+def preset_for(env: str, algo: str = "APPO") -> PresetMatch:
+    """The preset for `env` and `algo`: an exact key first, then the longest matching prefix key (`atari_*`),
+    then the key OTHER_VERSIONS names for it; the algorithm's own values for that key over the env's. An env
+    whose other version has a preset, but not one known to be safe to apply to it, gets how="elsewhere"."""
     key: str | None = env if env in PRESETS else None
     prefixes = [k for k in PRESETS if k.endswith("*") and env.startswith(k[:-1])]
+    how = "exact" if key else "prefix"
     if key is None and prefixes:
         key = max(prefixes, key=len)
+    if key is None and env in OTHER_VERSIONS:
+        key, how = OTHER_VERSIONS[env], "version"
     if key is None:
-        return None, {}
-    return key, {**PRESETS[key], **ALGORITHM_PRESETS.get(key, {}).get(algo, {})}
+        versioned = VERSIONED.fullmatch(env)
+        family = [k for k in PRESETS if versioned and (VERSIONED.fullmatch(k) or [None, None])[1] == versioned[1]]
+        return PresetMatch(family[0], {}, "elsewhere") if family else PresetMatch(None, {}, "none")
+    return PresetMatch(key, {**PRESETS[key], **ALGORITHM_PRESETS.get(key, {}).get(algo, {})}, how)

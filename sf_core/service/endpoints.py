@@ -184,6 +184,11 @@ def worker_slice(endpoints: list[Endpoint], num_workers: int, worker: int) -> li
     return slots[start:start + share + (1 if worker < extra else 0)]
 
 
+def envs_served(values: dict) -> bool:
+    """Whether --env_service serves the envs, so that the command line makes none to read its spaces."""
+    return bool(values["env_service"])
+
+
 def set_by_services(values: dict) -> set[str]:
     """The flags --env_service decides (`apply_to_training`), which no machine fit may choose."""
     return {"num_envs_per_worker"} if values["env_service"] else set()

@@ -19,11 +19,12 @@ UNREPRODUCED = ("machine_fit", "experiment", "train_dir", "num_workers", "device
 
 def train_command(cfg: Config) -> str:
     """The command that trains this agent again: every flag whose value differs from its default (the
-    env preset's values included, which is harmless: presets never override typed flags)."""
+    env preset's values and those fitted to the env's spaces included, which is harmless: neither overrides
+    typed flags). Fields that are not flags (the preset's name, what was fitted) are the run's record only."""
     parts = ["python", "-m", "sf_core.train"]
     for f in dataclasses.fields(Config):
         value = getattr(cfg, f.name)
-        if f.name in UNREPRODUCED or f.name in cfg.machine_fit or value == default(f.name):
+        if not f.metadata.get("cli", True) or f.name in UNREPRODUCED or f.name in cfg.machine_fit or value == default(f.name):
             continue
         if isinstance(value, list):
             parts.append(f"--{f.name}" + "".join(f" {shlex.quote(str(v))}" for v in value))
