@@ -42,4 +42,6 @@ def test_the_first_split_steps_before_the_next_splits_envs_are_made(tmp_path):
     first_step = EVENTS.index(("first step", 0))
     assert EVENTS.index(("made", 2)) > first_step and EVENTS.index(("made", 1)) < first_step
     assert {index for what, index in EVENTS if what == "first step" and index >= 0} == {0, 1, 2, 3}
-    assert EVENTS[:2] == [("made", -1), ("first step", -1)]  # the env check steps the probe once, before all
+    # index -1: the main process's envs, before all: one read for the defaults fitted to its spaces, and the probe,
+    # which the env check steps once
+    assert EVENTS[:3] == [("made", -1), ("made", -1), ("first step", -1)]

@@ -51,21 +51,17 @@ class Config:
     save_every_sec: float = flag(120.0, "experiment", "Seconds between checkpoints (also saved at every stop).")
     keep_checkpoints: int = flag(2, "experiment", "Periodic checkpoints kept (the best one is kept as well).")
     eval_every_env_steps: int = flag(
-        0, "experiment", "Evaluate each policy every this many env frames (0: never): --eval_episodes episodes with "
-        "deterministic actions on an env of the evaluator's own, in a process beside training. The results go to "
-        "TensorBoard (eval/*) and training_summary.json (evaluation), and best.pt becomes the checkpoint with the "
-        "best evaluation instead of the best training return. A run that ends on a stop condition evaluates its final "
-        "weights too.")
+        0, "experiment", "Evaluate each policy every this many env frames (0: never): --eval_episodes deterministic "
+        "episodes in a process beside training, to TensorBoard (eval/*) and training_summary.json; best.pt is then the "
+        "best evaluation's checkpoint. A run that ends on a stop condition evaluates its final weights too.")
     eval_episodes: int = flag(10, "experiment", "Episodes per evaluation (--eval_every_env_steps).")
     target_mean_return: float = flag(
         float("inf"), "experiment", "Stop once the mean return of the last --stats_window episodes reaches this."
     )
     fit_defaults_to_env: bool = flag(
-        True, "experiment", "For an env without a preset: replace the defaults of the flags you do not type with "
-        "values fitted to its spaces (sf_core/run/env_fit.py; a small vector observation and a few actions: "
-        "--encoder_mlp_layers 64 64 --learning_rate=0.001 --batch_size=512 --num_epochs=2), as a preset would; "
-        "the console names them. The env is made once more to read its spaces; not with --env_service. False: "
-        "Sample Factory's defaults.")
+        True, "experiment", "An env without a preset gets values fitted to its spaces under the flags you type, as a "
+        "preset would (sf_core/run/env_fit.py; the console names them); the env is made once more to read its spaces, "
+        "not with --env_service. False: Sample Factory's defaults.")
     # not flags: the preset parse_args applied (its key; "" for none) and the flags it fitted to the env's spaces
     preset: str = field(default="", metadata={"group": "experiment", "cli": False})
     env_fit: list[str] = field(default_factory=list, metadata={"group": "experiment", "cli": False})
