@@ -57,7 +57,7 @@ def test_bad_values_name_the_problem(argv, message):
     ("--num-steps=128", "here it is --rollout"),
     ("--update-epochs=4", "here it is --num_epochs"),
     ("--n-timesteps=1000", "--n-timesteps is another trainer's flag: here it is --train_for_env_steps"),
-    ("--eval-freq=10000", "no evaluation during training here"),
+    ("--eval-freq=10000", "here it is --eval_every_env_steps"),
     ("--tensorboard-log=logs", "here it is --train_dir"),
     ("--save-freq=1000", "here it is --save_every_sec (in seconds, not steps)"),
     ("--num-worker=4", "--num-worker: did you mean --num_workers?"),

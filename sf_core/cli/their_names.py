@@ -9,8 +9,6 @@ they are not listed.
 from __future__ import annotations
 
 ENVS = "--num_workers and --num_envs_per_worker (envs = workers × envs per worker)"
-EVALUATION = ("no evaluation during training here: the console and TensorBoard report the training episodes' "
-              "mean return; python -m sf_core.enjoy --experiment=NAME evaluates a checkpoint afterwards")
 ONE_FLAG_EACH = ("each hyperparameter is a flag of its own here (--learning_rate=3e-4 --gamma=0.98 ...); per-env "
                  "values are presets, shown by python -m sf_core.train --env=ENV --help")
 
@@ -41,8 +39,8 @@ THEIR_NAMES = {
     "tensorboard_log": _here("--train_dir: each run writes {train_dir}/{experiment}/, TensorBoard logs in tb/"),
     "log_folder": _here("--train_dir: each run writes {train_dir}/{experiment}/"),
     "save_freq": _here("--save_every_sec (in seconds, not steps)"),
-    "eval_freq": EVALUATION, "n_eval_envs": EVALUATION,
-    "eval_episodes": "--max_num_episodes of python -m sf_core.enjoy, which evaluates a checkpoint after training",
+    "eval_freq": _here("--eval_every_env_steps (in env frames; --eval_episodes episodes each time)"),
+    "n_eval_envs": "the periodic evaluation (--eval_every_env_steps) plays its --eval_episodes on one env of its own",
     "hyperparams": ONE_FLAG_EACH, "conf_file": ONE_FLAG_EACH,
     "vec_env": _here(ENVS + "; --serial_mode=True steps every env in this process"),
     "trained_agent": _here("--experiment naming the run to continue: it resumes from its latest checkpoint"),
