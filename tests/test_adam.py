@@ -67,6 +67,7 @@ def test_a_state_for_another_model_is_one_clear_error():
         FusedAdam(list(a.parameters())).load_state_dict(optimizer.state_dict())
 
 
+@pytest.mark.slow  # starts a process
 def test_the_learners_optimizer_steps_without_importing_torch_dynamo():
     """torch.optim's first call imports torch._dynamo (seconds of CPU): the learner's first SGD step waited."""
     code = ("import sys, torch\n"

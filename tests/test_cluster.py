@@ -230,6 +230,7 @@ def test_a_sampler_never_forks_its_processes():
     assert sampler_start_method("spawn") == "spawn" and sampler_start_method("forkserver") == "forkserver"
 
 
+@pytest.mark.slow  # starts a process
 def test_bad_cluster_flags_exit_with_one_message(tmp_path):
     common = ["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=bad"]
     nobody = launch.run([*common, "--ray_address=127.0.0.1:1"], timeout=60)
@@ -251,6 +252,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # starts a process
 def test_a_sampler_and_its_processes_run_at_the_trainers_niceness_not_rays(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text(NICENESS_PROBE)

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 PROBE = "import gc, json, sys; print(json.dumps({'frozen': gc.get_freeze_count(), 'enabled': gc.isenabled()}))"
 
 
@@ -16,12 +18,14 @@ def run_fresh(code: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # starts a process
 def test_the_first_import_of_torch_is_frozen_and_the_collector_runs_again():
     state = run_fresh("from sf_core.machine.heap import collector_paused\n"
                       "with collector_paused():\n    import torch")
     assert state["enabled"] and state["frozen"] > 50_000, state  # torch's import makes hundreds of thousands
 
 
+@pytest.mark.slow  # starts a process
 def test_a_process_that_imported_torch_already_has_nothing_frozen():
     """A script calling sf_core.train.main() has objects of its own: freezing could keep its garbage forever."""
     state = run_fresh("import torch\nfrom sf_core.machine.heap import collector_paused\n"
@@ -29,6 +33,7 @@ def test_a_process_that_imported_torch_already_has_nothing_frozen():
     assert state["enabled"] and state["frozen"] == 0, state
 
 
+@pytest.mark.slow  # starts a process
 def test_the_forkserver_preload_imports_every_component_module():
     """multiprocessing's forkserver skips a preload module that fails to import, silently: a renamed module
     would only make every component import it again after the fork."""

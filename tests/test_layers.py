@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import networkx as nx
+import pytest
 
 from sf_core.cli.arguments import FLAG_CHECKS
 from tests.conftest import REPO, extra
@@ -81,6 +82,7 @@ def test_everything_is_imported_through_the_one_namespace():
     assert not found, found
 
 
+@pytest.mark.slow  # starts a process
 def test_a_users_algo_module_and_envs_package_shadow_nothing(tmp_path):
     """Run from a folder that holds an `algo.py` and an `envs/` package, as RL projects often do."""
     (tmp_path / "algo.py").write_text("raise ImportError('the user algo.py was imported')\n")

@@ -304,6 +304,7 @@ def test_no_rank_outlives_a_killed_trainer(tmp_path):
     (["--num_learners=3"], "--num_learners=3 must divide the dataset's 64 trajectories (--batch_size × "
                            "--num_batches_per_epoch / --rollout = 1024 × 2 / 32): each rank trains on an equal share"),
 ])
+@pytest.mark.slow  # starts a process
 def test_bad_learner_group_flags_exit_2_with_one_message(tmp_path, flags, message):
     result = launch.run([f"--train_dir={tmp_path}", "--env=CartPole-v1", *flags], timeout=60)
     assert result.returncode == 2, result.stderr
