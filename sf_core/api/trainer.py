@@ -37,7 +37,7 @@ class TrainingResult:
     seconds: float  # this session's wall clock, from the call to train()
     episodes: int
     mean_return: float | None  # over the last --stats_window episodes when training stopped
-    best_mean_return: float | None  # the best such mean at a checkpoint: what best.pt holds
+    best_mean_return: float | None  # the best such mean at a checkpoint (best.pt, unless evaluations choose it)
     time_to_target: float | None  # seconds to --target_mean_return, if it was reached
     last_checkpoint: str | None
     summary: dict = field(repr=False)

@@ -111,12 +111,10 @@ def load_evaluations(directory: str) -> dict:
 
 
 def save_evaluations(directory: str, evaluations: dict) -> None:
-    path = os.path.join(directory, EVALUATIONS)
-    with open(f"{path}.tmp", "w") as f:
+    with replacing(os.path.join(directory, EVALUATIONS)) as tmp, open(tmp, "w") as f:
         json.dump(evaluations, f, indent=2)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(f"{path}.tmp", path)
 
 
 def load(path: str, map_location: str = "cpu") -> dict:
