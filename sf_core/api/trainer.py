@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sf_core.cli.train import configure, in_starting_worker, setup_logging
-from sf_core.config import ConfigError
+from sf_core.config import ConfigError, default
 from sf_core.records.experiment_lock import ExperimentLock
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class Trainer:
 
     @property
     def experiment_dir(self) -> str:
-        return os.path.join(str(self.flags.get("train_dir", "train_dir")), str(self.flags["experiment"]))
+        return os.path.join(str(self.flags.get("train_dir", default("train_dir"))), str(self.flags["experiment"]))
 
     def train(self, **flags: Any) -> TrainingResult:
         """Train until a stop condition (`train_for_env_steps`, `train_for_seconds`, `target_mean_return`); `flags`
@@ -90,7 +90,7 @@ class Trainer:
             raise ConfigError("the flags were printed (help); nothing was trained") from exc
         finally:
             lock.release()
-        result = TrainingResult.read(self.experiment_dir)
+        result = TrainingResult.read(os.path.join(cfg.train_dir, cfg.experiment))
         if code in (EXIT_SIGINT, EXIT_SIGTERM):
             raise KeyboardInterrupt(f"training interrupted; the last checkpoint: {result.last_checkpoint}")
         if code != 0:

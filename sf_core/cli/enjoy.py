@@ -29,9 +29,9 @@ from sf_core.config import ConfigError
 from sf_core.evaluation.head_to_head import versus_opponent
 from sf_core.evaluation.policy import TrainedPolicy, load_checkpoint
 from sf_core.machine.device import resolve_device
-from sf_core.sampling.episodes import play_episodes
 from sf_core.machine.fit import check_device
 from sf_core.records.experiment import write_eval_results
+from sf_core.sampling.episodes import play_episodes
 
 log = logging.getLogger("sf_core")
 

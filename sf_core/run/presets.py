@@ -198,7 +198,12 @@ def preset_for(env: str, algo: str = "APPO") -> PresetMatch:
     if key is None and env in OTHER_VERSIONS:
         key, how = OTHER_VERSIONS[env], "version"
     if key is None:
-        versioned = VERSIONED.fullmatch(env)
-        family = [k for k in PRESETS if versioned and (VERSIONED.fullmatch(k) or [None, None])[1] == versioned[1]]
+        family = [k for k in PRESETS if _family(k) is not None and _family(k) == _family(env)]
         return PresetMatch(family[0], {}, "elsewhere") if family else PresetMatch(None, {}, "none")
     return PresetMatch(key, {**PRESETS[key], **ALGORITHM_PRESETS.get(key, {}).get(algo, {})}, how)
+
+
+def _family(env: str) -> str | None:
+    """An env id's name without its version (`HalfCheetah` of `HalfCheetah-v4`); None for an unversioned name."""
+    versioned = VERSIONED.fullmatch(env)
+    return versioned[1] if versioned else None

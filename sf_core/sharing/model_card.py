@@ -24,7 +24,8 @@ def train_command(cfg: Config) -> str:
     parts = ["python", "-m", "sf_core.train"]
     for f in dataclasses.fields(Config):
         value = getattr(cfg, f.name)
-        if not f.metadata.get("cli", True) or f.name in UNREPRODUCED or f.name in cfg.machine_fit or value == default(f.name):
+        not_typed = not f.metadata.get("cli", True) or f.name in UNREPRODUCED or f.name in cfg.machine_fit
+        if not_typed or value == default(f.name):
             continue
         if isinstance(value, list):
             parts.append(f"--{f.name}" + "".join(f" {shlex.quote(str(v))}" for v in value))
