@@ -1,7 +1,9 @@
 """The raw env-stepping baseline: what the machine does with the env alone, no trainer around it.
 
 raw_env_1proc (one process) is the per-core baseline; raw_env_per_core (one process per usable core,
-all at once) is the machine's ceiling for this env.
+all at once) is the machine's ceiling for this env. With `episode_length`, episodes last as long as a
+training run's (scripts/reproduce.py --raw_rate): a random policy falls over sooner than a trained one,
+and resets cost more than steps, so a raw rate over random-length episodes is not the trainer's.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import time
+import warnings
 
 from .proctree import TreeMonitor, no_interrupts
 
@@ -16,8 +19,11 @@ N_ACTIONS = 4096
 STEPS_PER_CLOCK_READ = 32  # the clock is read once per chunk, keeping its cost out of a cheap env's rate
 
 
-def _raw_env_worker(env_name: str, index: int, warmup: float, seconds: float, ready, go, results) -> None:
-    """Step one env with (pre-drawn) random actions; count steps inside [warmup, warmup + seconds]."""
+def _raw_env_worker(env_name: str, index: int, warmup: float, seconds: float, episode_length: int | None,
+                    ready, go, results) -> None:
+    """Step one env with (pre-drawn) random actions; count steps inside [warmup, warmup + seconds]. With
+    `episode_length`, `terminated` is ignored and the env resets every `episode_length` steps (or when
+    truncated); otherwise it resets when an episode ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us
     try:
         from sf_core.envs.registry import EnvContext, registry_snapshot
@@ -26,6 +32,8 @@ def _raw_env_worker(env_name: str, index: int, warmup: float, seconds: float, re
         env.action_space.seed(index)
         actions = [env.action_space.sample() for _ in range(N_ACTIONS)]  # drawn up front: time the env, not sampling
         env.reset(seed=index)
+        if episode_length:  # stepping on past `terminated` is the point here, not a mistake to warn about
+            warnings.filterwarnings("ignore", message=".*already returned terminated = True")
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         ready.put((index, f"{type(exc).__name__}: {exc}"))
         return
@@ -35,15 +43,17 @@ def _raw_env_worker(env_name: str, index: int, warmup: float, seconds: float, re
     chunk, n_actions = STEPS_PER_CLOCK_READ, len(actions)
     started = time.perf_counter()
     warm_end, end = started + warmup, started + warmup + seconds
-    steps = counted = 0
+    steps = counted = since_reset = 0
     window_start = None
     now = started
     while now < end:
         for _ in range(chunk):
             _, _, terminated, truncated, _ = env.step(actions[steps % n_actions])
             steps += 1
-            if terminated or truncated:
+            since_reset += 1
+            if truncated or (since_reset >= episode_length if episode_length else terminated):
                 env.reset()
+                since_reset = 0
         now = time.perf_counter()
         if window_start is None:
             if now >= warm_end:
@@ -55,13 +65,16 @@ def _raw_env_worker(env_name: str, index: int, warmup: float, seconds: float, re
     results.put((index, counted, window, steps))
 
 
-def run_raw_env(env_name: str, processes: int, warmup: float, seconds: float, frames_per_step: int = 1) -> dict:
+def run_raw_env(env_name: str, processes: int, warmup: float, seconds: float, frames_per_step: int = 1,
+                episode_length: int | None = None) -> dict:
     """Env frames/s of `processes` processes stepping at once; a step is `frames_per_step` frames
-    (--env_frameskip, e.g. 4 for Atari), the unit the trainer counts in."""
+    (--env_frameskip, e.g. 4 for Atari), the unit the trainer counts in. `episode_length` (env steps):
+    reset on that schedule instead of at the end of each episode (see `_raw_env_worker`)."""
     ctx = multiprocessing.get_context("spawn")
     ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    procs = [ctx.Process(target=_raw_env_worker, args=(env_name, i, warmup, seconds, ready, go, results),
-                         name=f"raw_env_{i}", daemon=True) for i in range(processes)]
+    procs = [ctx.Process(target=_raw_env_worker, name=f"raw_env_{i}", daemon=True,
+                         args=(env_name, i, warmup, seconds, episode_length, ready, go, results))
+             for i in range(processes)]
     monitor: TreeMonitor | None = None
     started = time.time()
     try:
@@ -92,6 +105,8 @@ def run_raw_env(env_name: str, processes: int, warmup: float, seconds: float, fr
         "steps_counted": sum(g[1] for g in got), "window_seconds": [round(g[2], 3) for g in got],
         "warmup_seconds": warmup, "wall_seconds": round(time.time() - started, 2),
         "actions": f"uniform random, {N_ACTIONS} drawn up front per process and cycled",
+        "resets": (f"every {episode_length} steps (terminated ignored) or when truncated" if episode_length
+                   else "when an episode ends"),
         **(monitor.report() if monitor else {}),
     }
 
