@@ -9,6 +9,13 @@ sample_factory  the Sample Factory 2.1.1 phase (run with its own interpreter, sc
 report          machine description, ratios, the table and the JSON file
 sweep           --sweep: the training phase over a small grid of sizing flags, and the best point
 scaling         --scaling: the training phase at several --num_workers, and its PNG plot
+
+and of scripts/reproduce.py:
+
+published       the published scores (published_scores.json), the suites, where a curve reaches a score
+reproduction    one run: the trainer timed from launch to exit, its curve, evaluation and raw rate; its record
+reproduction_report  per env over seeds beside the published scores: results.json and results.md
+reproduction_plot    per env, every seed's curve with the published scores as lines
 """
 
 import os
