@@ -32,7 +32,7 @@ from sf_core.config import GROUPS, Config  # noqa: E402
 from sf_core.contracts import signals  # noqa: E402
 from sf_core.contracts.sample import FIELDS  # noqa: E402
 from sf_core.run.env_fit import SMALL_ACTIONS, SMALL_OBSERVATION, SMALL_VECTOR_ENV  # noqa: E402
-from sf_core.run.presets import ALGORITHM_PRESETS, OTHER_VERSIONS, PRESETS  # noqa: E402
+from sf_core.run.presets import ALGORITHM_PRESETS, FAMILIES, OTHER_VERSIONS, PRESETS  # noqa: E402
 
 OUTPUT = os.path.join(REPO, "docs", "flags.md")
 ARCHITECTURE = os.path.join(REPO, "docs", "architecture.md")
@@ -141,6 +141,8 @@ def presets_table() -> str:
     if missing:
         raise RuntimeError(f"presets set values for unknown flags: {missing}")
     versions = ", ".join(f"`{other}` gets `{key}`'s" for other, key in OTHER_VERSIONS.items())
+    families = ", ".join(f"`{key}`, the ids gymnasium makes from `{module}` (Hopper-v5, Ant-v4, "
+                         f"InvertedPendulum-v5, ...)" for key, module in FAMILIES.items())
     lines = [
         "## Per-env presets: applied under your flags",
         "",
@@ -154,9 +156,10 @@ def presets_table() -> str:
         "",
         f"Another version of an env gets its preset where the two have the same spaces ({versions});",
         "the console then says which preset it applied and that it was made for the other version. Another",
-        "version not known to match (`Ant-v4`, whose observations differ from `Ant-v5`'s) gets none, and the",
-        "console names the id that has one. `python -m sf_core.train --env=ENV --help` shows each flag's value",
-        "with the preset applied and where it comes from.",
+        "version not known to match (`Pendulum-v0`) gets none, and the console names the id that has one.",
+        f"A family's column applies to every id of the family without a preset of its own: {families}.",
+        "`python -m sf_core.train --env=ENV --help` shows each flag's value with the preset applied and where",
+        "it comes from.",
         "",
         "| flag | default | " + " | ".join(f"`{env}`" for env in envs) + " |",
         "| --- | --- | " + " | ".join("---" for _ in envs) + " |",

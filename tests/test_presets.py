@@ -6,7 +6,7 @@ import gymnasium as gym
 import pytest
 
 from sf_core.cli.arguments import parse_args
-from sf_core.run.presets import OTHER_VERSIONS, PRESETS, VERIFIED, preset_for
+from sf_core.run.presets import OTHER_VERSIONS, PRESETS, VERIFIED, family_of, preset_for
 from tests import launch
 from tests.conftest import extra
 from tests.helpers import read_summary
@@ -46,12 +46,27 @@ def test_another_version_says_which_preset_it_got_and_that_a_flag_typed_wins():
 
 def test_a_version_not_known_to_match_gets_no_preset_and_a_line_naming_the_one_that_has_it():
     lines = []
-    cfg, preset = parse_args(["--env=Ant-v4"], announce=lines.append)
+    cfg, preset = parse_args(["--env=Pendulum-v0"], announce=lines.append)
     assert preset is None and cfg.preset == "" and cfg.learning_rate == 1e-4
     assert cfg.env_fit == []  # left to the preset it is pointed to, not fitted
-    assert lines == ["no preset for Ant-v4; Ant-v5 has one, not applied: Ant-v4's spaces are not known to match "
-                     "its (python -m sf_core.train --env=Ant-v5 --help shows its values)"]
-    assert preset_for("Pendulum-v0").how == "elsewhere" and preset_for("MyEnv-v1").how == "none"
+    assert lines == ["no preset for Pendulum-v0; Pendulum-v1 has one, not applied: Pendulum-v0's spaces are not "
+                     "known to match its (python -m sf_core.train --env=Pendulum-v1 --help shows its values)"]
+    assert preset_for("MyEnv-v1").how == "none"
+
+
+@pytest.mark.parametrize("env", ["Hopper-v5", "InvertedPendulum-v5", "Swimmer-v5", "Ant-v4", "Humanoid-v5"])
+def test_a_mujoco_id_without_a_preset_of_its_own_gets_the_familys(env):
+    lines = []
+    cfg, preset = parse_args([f"--env={env}", "--num_epochs=3"], announce=lines.append)
+    assert preset == cfg.preset == "MuJoCo" and family_of(env) == "MuJoCo"
+    assert cfg.normalize_input and cfg.train_for_env_steps == PRESETS["MuJoCo"]["train_for_env_steps"]
+    assert cfg.num_epochs == 3  # typed flags still win
+    assert lines[0].startswith(f"applied the MuJoCo preset, made for every id of that family ({env} has no preset")
+
+
+def test_an_env_outside_every_family_gets_none():
+    assert family_of("CartPole-v1") is None and family_of("not-an-env") is None
+    assert preset_for("HalfCheetah-v5").how == "exact"  # an env's own preset wins over its family's
 
 
 @pytest.mark.slow

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any, NamedTuple
 
+import gymnasium as gym
+
 # Classic-control envs: tiny observations, fast steps. Short rollouts and small datasets give many
 # quick updates, which is what solves these envs sooner in wall-clock time.
 _CLASSIC_DISCRETE: dict[str, Any] = {
@@ -83,18 +85,22 @@ _ATARI: dict[str, Any] = {
     "train_for_env_steps": 10_000_000,
 }
 
-# MuJoCo (gymnasium[mujoco], v5 ids), sized for a 2-core CPU. Adapted from RL-Zoo's PPO MuJoCo entries
-# (normalized observations and returns, 10-ish epochs, clip 0.2, no entropy bonus, initial std below 1)
-# and Sample Factory's mujoco_params (tanh MLP, rollout 64, synchronous: policy lag 0 with many
-# epochs), with RL-Zoo's per-env lr/epochs replaced by one set for APPO's larger batches.
+# MuJoCo (gymnasium[mujoco]): every id gymnasium makes from gymnasium.envs.mujoco gets these (FAMILIES), sized
+# for a 2-core CPU. Adapted from CleanRL's ppo_continuous_action (separate 64x64 tanh actor and critic,
+# orthogonal init, normalized observations and returns, 10 epochs, clip 0.2, lr 3e-4 decayed to 0, grad norm
+# 0.5, no entropy bonus, initial std 1), with 256-sample minibatches (CleanRL's 64 would cost 4x the SGD steps:
+# a step's cost here is nearly all fixed overhead). 2 workers x 32 envs x rollout 32 fill one 2048-sample
+# dataset, and sampling waits for the new weights (policy lag 0): on Hopper-v5 and Walker2d-v5, seed 1, sampling
+# on while the learner trained (lag 1-3) was 1.4-1.7x faster per frame but ended lower in training return,
+# and with 512-sample minibatches (lag 1) lower still (docs/results.md).
 _MUJOCO: dict[str, Any] = {
-    "num_workers": 2,  # pinned: with 8 envs each and rollout 64, two workers fill one 2048-sample dataset (lag 0)
-    "num_envs_per_worker": 8,
+    "num_workers": 2,
+    "num_envs_per_worker": 32,
     "worker_num_splits": 2,
-    "rollout": 64,
-    "batch_size": 1024,
-    "num_batches_per_epoch": 2,
-    "num_epochs": 5,
+    "rollout": 32,
+    "batch_size": 256,
+    "num_batches_per_epoch": 8,
+    "num_epochs": 10,
     "async_rl": False,
     "learning_rate": 3e-4,
     "lr_schedule": "linear_decay",
@@ -104,13 +110,23 @@ _MUJOCO: dict[str, Any] = {
     "ppo_clip_ratio": 0.2,
     "value_loss_coeff": 0.5,
     "exploration_loss_coeff": 0.0,
-    "max_grad_norm": 1.0,
-    "encoder_mlp_layers": [256, 256],
+    "max_grad_norm": 0.5,
+    "encoder_mlp_layers": [64, 64],
     "nonlinearity": "tanh",
+    "actor_critic_share_weights": False,
     "normalize_input": True,
     "normalize_returns": True,
-    "initial_log_std": -1.0,
+    "initial_log_std": 0.0,
     "train_for_env_steps": 1_000_000,
+}
+
+# HalfCheetah-v5 keeps the values it was first run with (RL-Zoo's PPO MuJoCo entries and Sample Factory's
+# mujoco_params: one 256x256 tanh body, initial std e^-1, 5 epochs of 1024-sample minibatches, lag 0): 5,047
+# after 1M frames in 164 s (docs/environments.md).
+_HALF_CHEETAH: dict[str, Any] = {
+    **_MUJOCO, "num_envs_per_worker": 8, "rollout": 64, "batch_size": 1024, "num_batches_per_epoch": 2,
+    "num_epochs": 5, "async_rl": False, "max_grad_norm": 1.0, "encoder_mlp_layers": [256, 256],
+    "actor_critic_share_weights": True, "initial_log_std": -1.0,
 }
 
 # Race to 21 (envs/nim.py), a two-player game learned by self-play: a multi-agent env, so non-batched
@@ -138,11 +154,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "Acrobot-v1": _ACROBOT,
     "Pendulum-v1": _PENDULUM,
     "nim21": _NIM,
-    "HalfCheetah-v5": _MUJOCO,
-    "Hopper-v5": _MUJOCO,
-    "Walker2d-v5": _MUJOCO,
-    "Ant-v5": _MUJOCO,
-    "Humanoid-v5": {**_MUJOCO, "train_for_env_steps": 10_000_000},
+    "HalfCheetah-v5": _HALF_CHEETAH,
+    "MuJoCo": _MUJOCO,  # Hopper, Walker2d, Ant, Humanoid, InvertedPendulum, ...: every id without its own
     "atari_*": _ATARI,
     "ALE/*": _ATARI,
 }
@@ -154,17 +167,22 @@ VERIFIED = ("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "nim21")
 
 # Other versions of an env with a preset that get its values: the same task with the same observation and action
 # spaces (tests/test_presets.py makes both and compares), so values tuned for one fit the other. CartPole-v0 ends
-# episodes at 200 steps (475 is not reachable there; 195 is its solved mark). Ant-v4 and Humanoid-v4 are left
-# out: their observations differ from v5's (27 and 376 numbers against 105 and 348).
-OTHER_VERSIONS = {"CartPole-v0": "CartPole-v1", "HalfCheetah-v4": "HalfCheetah-v5", "Hopper-v4": "Hopper-v5",
-                  "Walker2d-v4": "Walker2d-v5"}
+# episodes at 200 steps (475 is not reachable there; 195 is its solved mark). The other MuJoCo ids get the
+# family's preset.
+OTHER_VERSIONS = {"CartPole-v0": "CartPole-v1", "HalfCheetah-v4": "HalfCheetah-v5"}
 VERSIONED = re.compile(r"(.+)-v(\d+)")
+
+# Families of envs that share a preset whatever their id: the PRESETS key of each, and the module prefix of the
+# gymnasium entry point its ids are made by. An id with no preset of its own gets its family's (how="family"):
+# the values a family's preset holds suit every member (no observation or action size is in them).
+FAMILIES = {"MuJoCo": "gymnasium.envs.mujoco"}
 
 
 class PresetMatch(NamedTuple):
     """What `preset_for` found. `how`: "exact" (the env's own key), "prefix" (a key ending in `*`), "version"
-    (the preset of another version of the env, in OTHER_VERSIONS), "none"; or "elsewhere": another version of
-    the env has a preset (`key`) whose values were not applied (`values` is empty)."""
+    (the preset of another version of the env, in OTHER_VERSIONS), "family" (the preset of its family, in
+    FAMILIES), "none"; or "elsewhere": another version of the env has a preset (`key`) whose values were not
+    applied (`values` is empty)."""
 
     key: str | None
     values: dict[str, Any]
@@ -181,6 +199,9 @@ class PresetMatch(NamedTuple):
         if self.how == "version":
             line = f"applied the preset of {self.key}, made for that version: {env} has the same spaces (flags " \
                    f"you pass override it)"
+        if self.how == "family":
+            line = f"applied the {self.key} preset, made for every id of that family ({env} has no preset of its " \
+                   f"own; flags you pass override it)"
         if self.key not in VERIFIED:
             line += ": published values, not yet verified here to reach the env's usual score (docs/results.md)"
         return line
@@ -188,7 +209,8 @@ class PresetMatch(NamedTuple):
 
 def preset_for(env: str, algo: str = "APPO") -> PresetMatch:
     """The preset for `env` and `algo`: an exact key first, then the longest matching prefix key (`atari_*`),
-    then the key OTHER_VERSIONS names for it; the algorithm's own values for that key over the env's. An env
+    then the key OTHER_VERSIONS names for it, then its family's; the algorithm's own values for that key over
+    the env's. An env
     whose other version has a preset, but not one known to be safe to apply to it, gets how="elsewhere"."""
     key: str | None = env if env in PRESETS else None
     prefixes = [k for k in PRESETS if k.endswith("*") and env.startswith(k[:-1])]
@@ -198,9 +220,20 @@ def preset_for(env: str, algo: str = "APPO") -> PresetMatch:
     if key is None and env in OTHER_VERSIONS:
         key, how = OTHER_VERSIONS[env], "version"
     if key is None:
+        key, how = family_of(env), "family"
+    if key is None:
         family = [k for k in PRESETS if _family(k) is not None and _family(k) == _family(env)]
         return PresetMatch(family[0], {}, "elsewhere") if family else PresetMatch(None, {}, "none")
     return PresetMatch(key, {**PRESETS[key], **ALGORITHM_PRESETS.get(key, {}).get(algo, {})}, how)
+
+
+def family_of(env: str) -> str | None:
+    """The FAMILIES key whose entry-point module makes `env` in gymnasium's registry (None: no family)."""
+    spec = gym.envs.registry.get(env)
+    entry_point = spec.entry_point if spec is not None else None
+    if not isinstance(entry_point, str):
+        return None
+    return next((key for key, module in FAMILIES.items() if entry_point.startswith(module + ".")), None)
 
 
 def _family(env: str) -> str | None:
