@@ -95,7 +95,8 @@ def plan_runs(args: argparse.Namespace, scores: PublishedScores) -> list[repro.R
         raise UsageError(f"--extra: {exc}") from None
     chosen = scores.select(_names(args.suite), _names(args.envs))
     budgets = {env: budget_for(env, args.frames, extra, scores) for _, env in chosen}
-    return [repro.RunSpec(suite, env, seed, *budgets[env], extra) for suite, env in chosen for seed in seeds]
+    # seed by seed: a suite cut short still has every env's first seeds
+    return [repro.RunSpec(suite, env, seed, *budgets[env], extra) for seed in seeds for suite, env in chosen]
 
 
 def _names(text: str) -> list[str]:
