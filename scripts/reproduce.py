@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
+import json
 import os
 import shlex
 import signal
@@ -96,7 +98,8 @@ def plan_runs(args: argparse.Namespace, scores: PublishedScores) -> list[repro.R
     chosen = scores.select(_names(args.suite), _names(args.envs))
     budgets = {env: budget_for(env, args.frames, extra, scores) for _, env in chosen}
     # seed by seed: a suite cut short still has every env's first seeds
-    return [repro.RunSpec(suite, env, seed, *budgets[env], extra) for seed in seeds for suite, env in chosen]
+    return [repro.RunSpec(suite, env, seed, *budgets[env], extra, config_digest(env, extra))
+            for seed in seeds for suite, env in chosen]
 
 
 def _names(text: str) -> list[str]:
@@ -122,6 +125,19 @@ def budget_for(env: str, frames: int | None, extra: tuple[str, ...], scores: Pub
     if not published_budgets:
         raise UsageError(f"{env} has neither a preset budget nor a published one: pass --frames")
     return max(published_budgets), "references"
+
+
+def config_digest(env: str, extra: tuple[str, ...]) -> str:
+    """What the trainer will run with for `env` (its preset, the defaults, --extra), but the seed and the
+    folders, as a short hash: a record made with other values (a preset tuned since) is trained again."""
+    from sf_core.cli.arguments import parse_args
+
+    cfg, _preset = parse_args([f"--env={env}", *extra])
+    values = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in RUN_NAMING}
+    return hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+RUN_NAMING = ("seed", "train_dir", "experiment", "restart_behavior", "train_for_env_steps")
 
 
 class Progress:

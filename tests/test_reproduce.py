@@ -174,3 +174,18 @@ def test_a_run_that_fails_is_recorded_with_its_log_and_the_others_go_on(tmp_path
     assert [(r["seed"], r["status"]) for r in runs] == [(1, "failed"), (2, "failed")]
     assert any("this env module fails" in line for line in runs[0]["log_tail"])
     assert "| CartPole-v1 (2 of 2 failed) |" in (out / "results.md").read_text()
+
+
+def test_a_record_made_with_other_trainer_values_is_trained_again(monkeypatch):
+    from benchlib import reproduction as repro
+    from sf_core.run import presets
+
+    digest = reproduce.config_digest("CartPole-v1", ())
+    assert digest == reproduce.config_digest("CartPole-v1", ())
+    assert digest != reproduce.config_digest("CartPole-v1", ("--num_epochs=3",))
+    spec = repro.RunSpec("classic", "CartPole-v1", 1, 1000, "trainer", (), digest)
+    record = {"format_version": repro.FORMAT_VERSION, "status": "ok", "env": "CartPole-v1", "seed": 1,
+              "budget_frames": 1000, "extra": [], "config": digest}
+    assert spec.trained_by(record) and not spec.trained_by({**record, "config": "an older preset"})
+    monkeypatch.setitem(presets.PRESETS, "CartPole-v1", {**presets.PRESETS["CartPole-v1"], "num_epochs": 7})
+    assert reproduce.config_digest("CartPole-v1", ()) != digest  # a preset tuned since: another run

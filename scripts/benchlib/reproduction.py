@@ -36,7 +36,8 @@ TAG = "episode/return"  # the trainer's mean return of the last --stats_window (
 
 @dataclass(frozen=True)
 class RunSpec:
-    """What identifies a run: env, seed, the frames it trains for and the extra trainer flags.
+    """What identifies a run: env, seed, the frames it trains for, the extra trainer flags and the trainer's
+    values for them (`config`, a digest: a preset changed since a record was made invalidates it).
     `budget_from`: "--frames", "trainer" (its own budget: the preset's, or --extra's) or "references" (the env has
     no preset budget: the published one, passed to the trainer)."""
 
@@ -46,6 +47,7 @@ class RunSpec:
     budget: int
     budget_from: str
     extra: tuple[str, ...] = ()
+    config: str = ""  # a digest of the trainer's values for the env (reproduce.config_digest)
 
     @property
     def run_id(self) -> str:
@@ -63,10 +65,10 @@ class RunSpec:
                 "--restart_behavior=overwrite"]  # last: a run is only ever started afresh
 
     def trained_by(self, record: dict | None) -> bool:
-        """Whether `record` holds this run's training (a preset whose budget changed since does not)."""
+        """Whether `record` holds this run's training (a preset whose values changed since does not)."""
         return bool(record) and record.get("format_version") == FORMAT_VERSION and "status" in record and all(
             record.get(k) == v for k, v in (("env", self.env), ("seed", self.seed), ("budget_frames", self.budget),
-                                            ("extra", list(self.extra))))
+                                            ("extra", list(self.extra)), ("config", self.config)))
 
 
 def record_path(out: str, spec: RunSpec) -> str:
@@ -93,7 +95,7 @@ def train(spec: RunSpec, out: str) -> dict:
     command = spec.command(train_dir)
     record: dict[str, Any] = {"format_version": FORMAT_VERSION, "run_id": spec.run_id, "suite": spec.suite,
                               "env": spec.env, "seed": spec.seed, "budget_frames": spec.budget,
-                              "budget_from": spec.budget_from, "extra": list(spec.extra),
+                              "budget_from": spec.budget_from, "extra": list(spec.extra), "config": spec.config,
                               "command": shlex.join(command), "log": os.path.relpath(log_path, out),
                               "launched_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     exit_code, wall, launched = launch(command, log_path)
