@@ -140,15 +140,20 @@ def test_a_short_cartpole_run_is_recorded_compared_and_plotted_then_not_run_agai
 
 
 @pytest.mark.slow  # the trainer's flag checks import torch: seconds, though nothing trains
-def test_a_run_trains_for_frames_else_the_presets_budget_else_the_published_one():
+def test_a_run_trains_for_frames_else_the_presets_budget_else_the_published_one(monkeypatch):
+    from sf_core.run import presets
+
     scores = published.load()
 
     def plan(*argv: str) -> list:
         return reproduce.plan_runs(reproduce.build_parser().parse_args([*argv, "--seeds=1"]), scores)
 
-    hopper, pendulum = plan("--envs=Hopper-v5,InvertedPendulum-v5")  # InvertedPendulum-v5 has no preset
+    hopper, pendulum = plan("--envs=Hopper-v5,InvertedPendulum-v5")  # both get the MuJoCo family's preset
     assert (hopper.budget, hopper.budget_from, hopper.run_id) == (1_000_000, "trainer", "Hopper-v5_s1")
     assert not any(flag.startswith("--train_for_env_steps") for flag in hopper.command("/runs"))
+    assert pendulum.budget_from == "trainer"
+    monkeypatch.setattr(presets, "FAMILIES", {})  # InvertedPendulum-v5 without a preset: the published budget
+    (pendulum,) = plan("--envs=InvertedPendulum-v5")
     assert (pendulum.budget, pendulum.budget_from) == (1_000_000, "references")
     assert "--train_for_env_steps=1000000" in pendulum.command("/runs")
     (short,) = plan("--envs=Hopper-v5", "--frames=5000", "--extra=--num_epochs=2")
