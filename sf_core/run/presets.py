@@ -224,8 +224,8 @@ def preset_for(env: str, algo: str = "APPO") -> PresetMatch:
     if key is None:
         key, how = family_of(env), "family"
     if key is None:
-        family = [k for k in PRESETS if _family(k) is not None and _family(k) == _family(env)]
-        return PresetMatch(family[0], {}, "elsewhere") if family else PresetMatch(None, {}, "none")
+        versions = [k for k in PRESETS if _unversioned(k) is not None and _unversioned(k) == _unversioned(env)]
+        return PresetMatch(versions[0], {}, "elsewhere") if versions else PresetMatch(None, {}, "none")
     return PresetMatch(key, {**PRESETS[key], **ALGORITHM_PRESETS.get(key, {}).get(algo, {})}, how)
 
 
@@ -238,7 +238,7 @@ def family_of(env: str) -> str | None:
     return next((key for key, module in FAMILIES.items() if entry_point.startswith(module + ".")), None)
 
 
-def _family(env: str) -> str | None:
+def _unversioned(env: str) -> str | None:
     """An env id's name without its version (`HalfCheetah` of `HalfCheetah-v4`); None for an unversioned name."""
     versioned = VERSIONED.fullmatch(env)
     return versioned[1] if versioned else None
