@@ -2,8 +2,8 @@
 
 raw_env_1proc (one process) is the per-core baseline; raw_env_per_core (one process per usable core,
 all at once) is the machine's ceiling for this env. With `episode_length`, episodes last as long as a
-training run's (scripts/reproduce.py --raw_rate): a random policy falls over sooner than a trained one,
-and resets cost more than steps, so a raw rate over random-length episodes is not the trainer's.
+training run's (scripts/reproduce.py --raw_rate): a random policy falls over far sooner than a trained one,
+so a raw rate over a random policy's episodes resets more often than the trainer does, and is not its rate.
 """
 
 from __future__ import annotations
