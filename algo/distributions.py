@@ -6,11 +6,15 @@ int64 [n, k] for MultiDiscrete, float32 [n, d] for Box (unclipped: the log-prob 
 
 from __future__ import annotations
 
+import math
+
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
-from torch.distributions import Normal, kl_divergence
+
+
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 class ActionHead(nn.Module):
@@ -78,24 +82,32 @@ class CategoricalDist(ActionDistribution):
 
 
 class GaussianDist(ActionDistribution):
+    """Independent normals with a state-independent log std, written out rather than torch.distributions.Normal:
+    Normal spreads the std over every sample before its log, and its construction and checks cost more than
+    the math in the learner's SGD steps on small models. The entropy depends on the log std alone."""
+
     def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
-        self.normal = Normal(mean, log_std.exp().expand_as(mean), validate_args=False)
+        self.mean, self.log_std = mean, log_std
 
     def sample(self) -> torch.Tensor:
-        return self.normal.sample()
+        with torch.no_grad():
+            return torch.randn_like(self.mean).mul_(self.log_std.exp()).add_(self.mean)
 
     def mode(self) -> torch.Tensor:
-        return self.normal.mean
+        return self.mean
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
-        return self.normal.log_prob(actions).sum(-1)
+        z = (actions - self.mean) * (-self.log_std).exp()
+        return -0.5 * z.pow(2).sum(-1) - (self.log_std.sum() + self.log_std.numel() * HALF_LOG_2PI)
 
     def entropy(self) -> torch.Tensor:
-        return self.normal.entropy().sum(-1)
+        return (self.log_std.sum() + self.log_std.numel() * (0.5 + HALF_LOG_2PI)).expand(self.mean.shape[:-1])
 
     def kl_from(self, other: ActionDistribution) -> torch.Tensor:
         assert isinstance(other, GaussianDist)
-        return kl_divergence(other.normal, self.normal).sum(-1)
+        var_ratio = (2 * (other.log_std - self.log_std)).exp()
+        mean_term = ((other.mean - self.mean) * (-self.log_std).exp()).pow(2)
+        return 0.5 * (var_ratio + mean_term - 1.0).sum(-1) + (self.log_std - other.log_std).sum()
 
 
 class CategoricalHead(ActionHead):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import graphlib
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
@@ -62,6 +63,11 @@ class ModelSlot:
     @property
     def trainable(self) -> bool:
         return self.optimizer is not None
+
+    @cached_property
+    def parameters(self) -> list[torch.nn.Parameter]:
+        """The module's parameters, listed once rather than by walking its submodules at every SGD step."""
+        return list(self.module.parameters())
 
 
 @dataclass

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import torch
 
 from sf_core.algo import ppo
+from sf_core.algo.gradient_clipping import clip_grad_norm
 from sf_core.algo.graph import Context
 from sf_core.algo.model import autocast
 from sf_core.algo.targets import gae, vtrace
@@ -121,17 +122,18 @@ def monte_carlo_targets(ctx: Context, x: Inputs) -> Inputs:
 # 5. ------------------------------------------------------------------------------------------------
 # A policy loss: (context, the current policy's distribution, its log-probs of the actions, the minibatch)
 # -> (loss, any extra statistics to report, by name). The minibatch's keys: "log_prob" (the behaviour policy's),
-# "advantages" (normalized if --normalize_advantage), "actions", "mask" (1 for samples to train on), and
-# the update's extra keys.
+# "advantages" (normalized if --normalize_advantage), "actions", "mask" (1 for samples to train on), "weights"
+# (the mask over its count: ppo.weighted_mean averages over the samples trained on), and the update's extra keys.
 PolicyLoss = Callable[[Context, Any, torch.Tensor, dict], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 
 def _ppo_policy_loss(ctx: Context, dist, log_prob, mb) -> tuple[torch.Tensor, dict]:
-    return ppo.policy_loss(log_prob, mb["log_prob"], mb["advantages"], ctx.params.ppo_clip_ratio, mb["mask"]), {}
+    objective = ppo.surrogate(log_prob, mb["log_prob"], mb["advantages"], ctx.params.ppo_clip_ratio)
+    return -ppo.weighted_mean(objective, mb["weights"]), {}
 
 
 def _pg_policy_loss(ctx: Context, dist, log_prob, mb) -> tuple[torch.Tensor, dict]:
-    return -ppo.masked_mean(log_prob * mb["advantages"], mb["mask"]), {}
+    return -ppo.weighted_mean(log_prob * mb["advantages"], mb["weights"]), {}
 
 
 @dataclass(frozen=True)
@@ -219,24 +221,27 @@ def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn: PolicyL
     # losses in float32, over [sequence length × sequences] flattened
     dist_params, values = dist_params.float().flatten(0, 1), values.float().flatten(0, 1)
     mb = {key: value.flatten(0, 1) for key, value in mb.items()}
+    weights = mb["weights"] = mb["mask"] / mb["mask"].sum().clamp_min(1.0)
     dist = model.distribution(dist_params)
     log_prob = dist.log_prob(mb["actions"])
-    entropy = ppo.masked_mean(dist.entropy(), mb["mask"])
-    if p.normalize_advantage:  # statistics of the samples actually trained on (mask)
-        adv, m = mb["advantages"], mb["mask"]
-        mean = ppo.masked_mean(adv, m)
-        std = ppo.masked_mean((adv - mean).pow(2), m).sqrt()
-        mb = dict(mb, advantages=(adv - mean) / (std + 1e-8))
+    entropy = ppo.weighted_mean(dist.entropy(), weights)
+    if p.normalize_advantage:  # statistics of the samples actually trained on
+        adv = mb["advantages"]
+        mean = ppo.weighted_mean(adv, weights)
+        std = ppo.weighted_mean((adv - mean).pow(2), weights).sqrt()
+        mb["advantages"] = (adv - mean) / (std + 1e-8)
 
     policy_loss, extra = policy_loss_fn(ctx, dist, log_prob, mb)
-    value_loss = ppo.value_loss(values, mb["old_values"], mb["targets"], p.ppo_clip_value, mb["mask"])
+    value_loss = ppo.weighted_mean(ppo.value_error(values, mb["old_values"], mb["targets"], p.ppo_clip_value),
+                                   weights)
     loss = policy_loss + p.value_loss_coeff * value_loss - p.exploration_loss_coeff * entropy
 
+    parameters = slot.parameters
     slot.optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    ctx.average_gradients(model.parameters())  # a learner group: every rank steps with the mean gradient
+    ctx.average_gradients(parameters)  # a learner group: every rank steps with the mean gradient
     max_norm = p.max_grad_norm if p.max_grad_norm > 0 else float("inf")
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    grad_norm = clip_grad_norm(parameters, max_norm)
     # checked once the backward is queued (a check of the loss before it would make a GPU idle in between),
     # and before the weights change; a learner group's ranks share the averaged gradients, so all stop together
     if not torch.isfinite(grad_norm):
@@ -247,7 +252,7 @@ def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn: PolicyL
 
     with torch.no_grad():
         log_ratio = log_prob - mb["log_prob"]
-        kl = ppo.approx_kl(log_prob, mb["log_prob"], mb["mask"])
-        clip_fraction = ppo.masked_mean((log_ratio.exp() - 1).abs().gt(p.ppo_clip_ratio).float(), mb["mask"])
+        kl = ppo.weighted_mean(ppo.kl_estimate(log_ratio), weights)
+        clip_fraction = ppo.weighted_mean((log_ratio.exp() - 1).abs().gt(p.ppo_clip_ratio).float(), weights)
         values = [loss, policy_loss, value_loss, entropy, kl, clip_fraction, grad_norm, *extra.values()]
         return torch.stack(values).detach().float(), STEP_STATS + tuple(extra)

@@ -43,7 +43,7 @@ def teacher_params(ctx: Context, x: Inputs) -> Inputs:
 def _ppo_with_teacher_loss(ctx: Context, dist, log_prob, mb) -> tuple[torch.Tensor, dict]:
     policy_loss, _ = n._ppo_policy_loss(ctx, dist, log_prob, mb)
     teacher = ctx.models["teacher"].module.distribution(mb["teacher_params"])
-    kl = n.ppo.masked_mean(dist.kl_from(teacher), mb["mask"])
+    kl = n.ppo.weighted_mean(dist.kl_from(teacher), mb["weights"])
     return policy_loss + ctx.params.teacher_kl_coeff * kl, {"teacher_kl": kl}
 
 

@@ -49,6 +49,27 @@ def test_heads_match_torch_distributions(name):
     torch.testing.assert_close(dist.entropy(), ref_ent)
 
 
+def test_gaussian_samples_and_kl_match_torch_distributions():
+    """The Gaussian is written out (algo/distributions.py): its samples' moments and its KL against torch's."""
+    from torch.distributions import kl_divergence
+
+    from sf_core.algo.distributions import GaussianDist
+
+    torch.manual_seed(0)
+    mean, log_std = torch.tensor([[0.5, -2.0]]).expand(40000, 2), torch.tensor([0.0, -1.0])
+    samples = GaussianDist(mean, log_std).sample()
+    torch.testing.assert_close(samples.mean(0), mean[0], atol=0.02, rtol=0)
+    torch.testing.assert_close(samples.std(0), log_std.exp(), atol=0.02, rtol=0)
+    p_mean, q_mean, q_log_std = torch.randn(8, 3), torch.randn(8, 3), torch.randn(3)
+    p_log_std = torch.randn(3, requires_grad=True)
+    ours = GaussianDist(p_mean, p_log_std).kl_from(GaussianDist(q_mean, q_log_std))
+    theirs = kl_divergence(Normal(q_mean, q_log_std.exp()), Normal(p_mean, p_log_std.exp())).sum(-1)
+    torch.testing.assert_close(ours, theirs)
+    grad, = torch.autograd.grad(ours.sum(), p_log_std)
+    theirs_grad, = torch.autograd.grad(theirs.sum(), p_log_std)
+    torch.testing.assert_close(grad, theirs_grad)
+
+
 def test_categorical_samples_follow_the_probabilities():
     logits = torch.log(torch.tensor([[0.7, 0.2, 0.1]])).expand(20000, 3)
     from sf_core.algo.distributions import CategoricalDist
