@@ -38,7 +38,7 @@ class VectorBackend:
     """Builds the VectorEnv of a split for the envs it `supports`."""
 
     name = ""
-    # what an env must be for this backend, as the end of "--env_vectorization=NAME serves ..."
+    # the envs this backend serves, in words ("--env_vectorization=NAME ... serves <this>")
     serves = ""
 
     def supports(self, env_name: str, registry: EnvRegistry) -> bool:
@@ -50,7 +50,7 @@ class VectorBackend:
 
 class GymnasiumBackend(VectorBackend):
     name = "gymnasium"
-    serves = "gymnasium ids registered with a vector_entry_point (e.g. CartPole-v1)"
+    serves = "gymnasium ids registered with a vector_entry_point, such as CartPole-v1"
 
     def supports(self, env_name: str, registry: EnvRegistry) -> bool:
         spec = gym.registry.get(env_name)
@@ -105,15 +105,14 @@ def vector_backend(cfg: Config, registry: EnvRegistry) -> VectorBackend | None:
         return next((b for b in BACKENDS if b.supports(cfg.env, registry)), None)
     backend = next(b for b in BACKENDS if b.name == choice)
     if not backend.supports(cfg.env, registry):
-        raise ConfigError(f"--env_vectorization={choice} cannot serve env {cfg.env!r}: it serves {backend.serves} "
-                          f"(--env_vectorization=none steps one env at a time)")
+        raise ConfigError(f"--env_vectorization={choice} cannot serve env {cfg.env!r}: it serves {backend.serves}; "
+                          f"--env_vectorization=none steps one env at a time")
     return backend
 
 
-def probe_env(cfg: Config, registry: EnvRegistry, ctx: EnvContext) -> gym.Env:
-    """One env of the kind the run trains on, for the runner to read its spaces and check it: where a backend
-    builds the splits, a vector env of one from that backend, whose spaces are its single_* spaces."""
-    backend = vector_backend(cfg, registry)
+def probe_env(cfg: Config, registry: EnvRegistry, ctx: EnvContext, backend: VectorBackend | None) -> gym.Env:
+    """One env of the kind the run trains on, for the runner to read its spaces and check it: where a `backend`
+    builds the splits, a vector env of one from it, whose spaces are its single_* spaces."""
     if backend is None:
         return registry.make(cfg.env, cfg, ctx)
     return VectorOfOne(backend.make(cfg.env, cfg, VectorEnvContext.of_one(ctx), registry))

@@ -32,7 +32,7 @@ from sf_core.algo.registry import algorithm_builder
 from sf_core.envs.env_check import check_env
 from sf_core.envs.multi_agent import is_multi_agent, num_agents
 from sf_core.envs.registry import EnvContext, EnvRegistry
-from sf_core.envs.vector_backends import probe_env
+from sf_core.envs.vector_backends import probe_env, vector_backend
 from sf_core.common.user_code import UserCode
 from sf_core.config import Config, ConfigError
 from sf_core.contracts import signals as sig
@@ -315,7 +315,11 @@ def probe_spaces(cfg: Config, registry: EnvRegistry, seed: int) -> tuple[gym.Spa
     served = services.probe_spaces(cfg, registry)
     if served is not None:
         return served
-    env = probe_env(cfg, registry, EnvContext(worker_index=-1, env_index=-1, seed=seed))
+    backend = vector_backend(cfg, registry)
+    if backend is not None:
+        log.info("each split's %d envs are one vector env (--env_vectorization=%s: the %s backend)",
+                 cfg.envs_per_split(), cfg.env_vectorization, backend.name)
+    env = probe_env(cfg, registry, EnvContext(worker_index=-1, env_index=-1, seed=seed), backend)
     try:
         agents = num_agents(env)
         if is_multi_agent(env) and cfg.batched_sampling:
