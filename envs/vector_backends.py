@@ -78,28 +78,20 @@ BACKENDS: tuple[VectorBackend, ...] = (UserBackend(), GymnasiumBackend())
 CHOICES = (AUTO, NONE, *(backend.name for backend in BACKENDS))
 
 
-def steps_each_env_alone(cfg: Config) -> str | None:
-    """The flag that makes the run step its envs one by one (a vector env cannot serve it), if any."""
-    if cfg.env_service:
-        return "--env_service (envs on env servers)"
-    if not cfg.batched_sampling:
-        return "--batched_sampling=False (each env stepped on its own)"
-    return None
-
-
 @register_check
 def check_vectorization(cfg: Config) -> None:
-    alone = steps_each_env_alone(cfg)
-    if cfg.env_vectorization not in (AUTO, NONE) and alone:
-        raise ConfigError(f"--env_vectorization={cfg.env_vectorization} steps each split's envs as one vector env "
-                          f"in its rollout worker, which {alone} rules out: use --env_vectorization=none or auto")
+    if cfg.env_vectorization not in (AUTO, NONE) and not cfg.batched_sampling:
+        raise ConfigError(f"--env_vectorization={cfg.env_vectorization} steps each split's envs as one vector env, "
+                          f"which --batched_sampling=False (each env stepped on its own) rules out: use "
+                          f"--env_vectorization=none or auto")
 
 
 def vector_backend(cfg: Config, registry: EnvRegistry) -> VectorBackend | None:
     """The backend that builds the run's splits (None: one gymnasium env per env), as --env_vectorization says.
-    ConfigError, in one line, where the backend asked for cannot serve the env."""
+    ConfigError, in one line, where the backend asked for cannot serve the env. (With --env_service no split
+    makes envs at all: sf_core/service/endpoints.py refuses a backend asked for by name.)"""
     choice = cfg.env_vectorization
-    if choice == NONE or (choice == AUTO and steps_each_env_alone(cfg)):
+    if choice == NONE or (choice == AUTO and not cfg.batched_sampling):
         return None
     if choice == AUTO:
         return next((b for b in BACKENDS if b.supports(cfg.env, registry)), None)

@@ -165,6 +165,8 @@ def test_a_backend_that_cannot_serve_the_env_is_a_config_error():
         vector_backend(config("--env=CartPole-v1", "--env_vectorization=user"), EnvRegistry())
     with pytest.raises(ConfigError, match="which --batched_sampling=False"):
         config("--env=CartPole-v1", "--env_vectorization=gymnasium", "--batched_sampling=False")
+    with pytest.raises(ConfigError, match=r"which --env_service \(envs on env servers\) rules out"):
+        config("--env=CartPole-v1", "--env_vectorization=gymnasium", "--env_service=skip:CartPole-v1")
 
 
 def test_training_with_a_backend_that_cannot_serve_the_env_exits_2_before_anything_starts(tmp_path, capsys):

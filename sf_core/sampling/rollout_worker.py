@@ -41,10 +41,12 @@ MAX_FAULTS_IN_A_ROW = 10  # restarts of one split without a finished trajectory 
 REPORT_INTERVAL_SEC = 0.25  # frames counted this often: bounds overshoot of --train_for_env_steps
 
 
-def runner_kind(cfg: Config, registry: EnvRegistry) -> type[SplitRunner]:
+def runner_kind(cfg: Config, registry: EnvRegistry, served: bool) -> type[SplitRunner]:
+    """The split runner for these flags; `served`: the envs are on env servers' slots (--env_service)."""
     if not cfg.batched_sampling:
         return NonBatchedEnvRunner
-    return NativeVectorRunner if vector_backend(cfg, registry) is not None else VectorEnvRunner
+    native = not served and vector_backend(cfg, registry) is not None
+    return NativeVectorRunner if native else VectorEnvRunner
 
 
 class RolloutWorker(Component):
@@ -92,7 +94,7 @@ class RolloutWorker(Component):
         worker has heard back (advance), so the first frames are stepped while later splits are made (an Atari
         env takes 0.2 s to make). With --env_service all are made at once, and a split parked on a failed env slot
         is passed over."""
-        kind = runner_kind(self.cfg, self.registry)
+        kind = runner_kind(self.cfg, self.registry, self.pool is not None)
         while len(self.runners) < self.layout.num_splits:
             s = len(self.runners)
             self.beat("resetting envs")
