@@ -74,8 +74,8 @@ class NativeVectorRunner(SplitRunner):
         return self.env.single_observation_space, space
 
     def vector_env_name(self) -> str:
-        return f"env {self.cfg.env!r} (worker {self.worker}, split {self.split}, a vector env of " \
-               f"{self.layout.envs_per_split})"
+        return (f"env {self.cfg.env!r} (worker {self.worker}, split {self.split}, a vector env of "
+                f"{self.layout.envs_per_split})")
 
     def _call(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         try:
