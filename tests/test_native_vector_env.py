@@ -14,12 +14,12 @@ from gymnasium.vector import AutoresetMode
 import sf_core.train
 from sf_core.algo.observations import PackedObs
 from sf_core.cli.arguments import parse_args
-from sf_core.config import ConfigError
+from sf_core.config import _FIELDS, ConfigError
 from sf_core.contracts.buffers import BufferLayout, TrajectoryBuffers
 from sf_core.contracts.sample import SampleSpaces
 from sf_core.envs.env_check import EnvContractError
 from sf_core.envs.registry import EnvContext, EnvRegistry, VectorEnvContext, registry_snapshot
-from sf_core.envs.vector_backends import GymnasiumBackend, UserBackend, vector_backend
+from sf_core.envs.vector_backends import CHOICES, GymnasiumBackend, UserBackend, vector_backend
 from sf_core.envs.vector_of_one import VectorOfOne
 from sf_core.machine.wiring import probe_spaces
 from sf_core.sampling.native_vector_runner import NativeVectorRunner
@@ -145,6 +145,7 @@ def test_auto_picks_a_native_vector_env_where_one_exists_and_none_elsewhere():
     # a factory registered for a gymnasium id shapes the env: gymnasium's vector entry point would not
     shadowed = EnvRegistry({"CartPole-v1": lambda name, cfg, ctx: gym.make("CartPole-v1")})
     assert vector_backend(cartpole, shadowed) is None
+    assert _FIELDS["env_vectorization"].metadata["choices"] == CHOICES  # the flag offers every backend
 
 
 def test_the_gymnasium_backend_keeps_each_ids_time_limit():
