@@ -81,6 +81,14 @@ class PackedObs:
             value = np.asarray(_lookup(obs, field.key), dtype=field.dtype)
             out[field.offset:field.offset + field.nbytes] = value.reshape(-1).view(np.uint8)
 
+    def pack_batch_into(self, obs: Any, out: np.ndarray) -> None:
+        """Write a batch of observations (nested dicts/tuples of arrays with the batch first) into `out`, a
+        [batch, nbytes] uint8 array: one copy per field."""
+        batch = out.shape[0]
+        for field in self.fields:
+            value = np.ascontiguousarray(_lookup(obs, field.key), dtype=field.dtype)
+            out[:, field.offset:field.offset + field.nbytes] = value.reshape(batch, -1).view(np.uint8)
+
     def is_finite(self, row: np.ndarray) -> bool:
         return all(np.isfinite(row[..., f.offset:f.offset + f.nbytes].view(f.dtype)).all() for f in self._float_fields)
 
@@ -123,6 +131,15 @@ class ObsWriter:
             out[...] = obs
         else:
             self.packed.pack_into(obs, out)
+
+    def write_batch(self, obs: Any, out: np.ndarray) -> None:
+        """A vector env's batched observation into rows `out` (one array assignment for a Box)."""
+        if self.packed is None:
+            if np.shape(obs) != out.shape:  # what broadcasting would hide: a batch of the wrong size
+                raise ValueError(f"a batch of observations of shape {np.shape(obs)}, not {out.shape}")
+            out[...] = obs
+        else:
+            self.packed.pack_batch_into(obs, out)
 
     def is_finite(self, row: np.ndarray) -> bool:
         if not self.check_finite:

@@ -6,6 +6,11 @@ and `ALE/...` ids to envs/atari.py (ale-py), `pettingzoo:<module>` names to envs
 MuJoCo v5 locomotion ids to envs/mujoco.py (`gymnasium.make`, with a tracking camera when rendering),
 anything else to `gymnasium.make`.
 
+A factory registered with `vectorized=True` builds a whole `gymnasium.vector.VectorEnv` instead:
+`factory(name, cfg, ctx: VectorEnvContext)`; a rollout worker's split then steps it as one env of
+`ctx.num_envs` sub-envs (--env_vectorization, envs/vector_backends.py), and `make` serves a vector env of one
+through `VectorOfOne` (envs/vector_of_one.py) wherever one env is played at a time.
+
 Worker processes do not inherit module globals under the `spawn` start method, so the runner takes a
 snapshot of the registry (`registry_snapshot`) and ships it to every component; workers build envs
 from that snapshot, never from the global. Factories travel as `sf_core.common.user_code.UserCode`, so a
@@ -15,12 +20,14 @@ lambda, a closure or a notebook's function works as well as a module-level funct
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import gymnasium as gym
+from gymnasium.vector import VectorEnv
 
 from sf_core.envs.mujoco import is_mujoco_name, make_mujoco_env
 from sf_core.envs.nim import make_nim
+from sf_core.envs.vector_of_one import VectorOfOne
 
 if TYPE_CHECKING:
     from sf_core.common.user_code import UserCode
@@ -43,7 +50,35 @@ class EnvContext:
     services: Mapping[str, gym.Env] | None = None
 
 
+@dataclass(frozen=True)
+class VectorEnvContext:
+    """Where a vector env lives: the factory of a `vectorized=True` env gets this instead of an EnvContext.
+
+    Its `num_envs` sub-envs are envs `first_env_index .. first_env_index + num_envs - 1` of the run (global
+    indices, as EnvContext.env_index). The runner resets it with `reset(seed=s)`, an int: sub-env i should play
+    seed `s + i` (gymnasium's SyncVectorEnv convention), which gives each sub-env the seed of the env it stands
+    for; `seeds` lists those of the first reset, for a factory that seeds at construction."""
+
+    worker_index: int
+    first_env_index: int
+    num_envs: int
+    seeds: tuple[int, ...] | None
+    render_mode: str | None = None
+    evaluation: bool = False
+
+    @property
+    def env_indices(self) -> range:
+        return range(self.first_env_index, self.first_env_index + self.num_envs)
+
+    @classmethod
+    def of_one(cls, ctx: EnvContext) -> VectorEnvContext:
+        """The context of a vector env of one that stands for the env `ctx` describes."""
+        return cls(ctx.worker_index, ctx.env_index, 1, None if ctx.seed is None else (ctx.seed,), ctx.render_mode,
+                   ctx.evaluation)
+
+
 EnvFactory = Callable[[str, Any, EnvContext], gym.Env]
+VectorEnvFactory = Callable[[str, Any, VectorEnvContext], VectorEnv]
 
 
 class EnvNotFoundError(ValueError):
@@ -63,20 +98,39 @@ BUILTIN_ENVS: dict[str, EnvFactory] = {
 
 
 class EnvRegistry:
-    def __init__(self, factories: Mapping[str, EnvFactory] | None = None):
+    def __init__(self, factories: Mapping[str, EnvFactory | VectorEnvFactory] | None = None,
+                 vectorized: Iterable[str] = ()):
         self.factories: dict[str, UserCode] = {}
+        self.vectorized: set[str] = set()  # names whose factory builds a VectorEnv
         for name, factory in (factories or {}).items():
-            self.register(name, factory)
+            self.register(name, factory, vectorized=name in vectorized)
 
-    def register(self, name: str, factory: EnvFactory) -> None:
+    def register(self, name: str, factory: EnvFactory | VectorEnvFactory, vectorized: bool = False) -> None:
         # imported here: sf_core's package imports this module, so a module-level import would be circular
         from sf_core.common.user_code import user_code
 
         if not callable(factory):
             raise TypeError(f"register_env({name!r}, ...): factory must be callable, got {type(factory)}")
         self.factories[name] = user_code(factory, f"the factory registered for env {name!r}")
+        if vectorized:
+            self.vectorized.add(name)
+        else:
+            self.vectorized.discard(name)
+
+    def make_vector(self, name: str, cfg: Config, ctx: VectorEnvContext) -> VectorEnv:
+        """The VectorEnv of a name registered with vectorized=True."""
+        env = self.factories[name](name, cfg, ctx)
+        if not isinstance(env, VectorEnv):
+            raise ValueError(f"factory registered for {name!r} with vectorized=True returned {type(env).__name__}, "
+                             f"not a gymnasium.vector.VectorEnv")
+        if env.num_envs != ctx.num_envs:
+            raise ValueError(f"factory registered for {name!r} returned a VectorEnv of {env.num_envs} envs; "
+                             f"its context asked for {ctx.num_envs}")
+        return env
 
     def make(self, name: str, cfg: Config, ctx: EnvContext) -> gym.Env:
+        if name in self.vectorized:
+            return VectorOfOne(self.make_vector(name, cfg, VectorEnvContext.of_one(ctx)))
         if name in self.factories:
             env = self.factories[name](name, cfg, ctx)
             if not isinstance(env, gym.Env):
@@ -103,6 +157,12 @@ class EnvRegistry:
                 f"unknown env {name!r}: not registered with sf_core.register_env (registered: {known}) "
                 f"and gymnasium says: {exc}"
             ) from None
+
+    def hands_to_gymnasium(self, name: str) -> bool:
+        """Whether `make` builds `name` with a plain `gymnasium.make(name)`: no registered factory, built-in env
+        or integration (Atari, PettingZoo, MuJoCo) of this package shapes it."""
+        return not (name in self.factories or name in BUILTIN_ENVS or name.startswith(("atari_", "ALE/"))
+                    or name.startswith("pettingzoo:") or is_mujoco_name(name))
 
     def check_picklable(self) -> None:
         """Factories travel to worker processes by pickling (by value where need be); fail early, naming
@@ -140,17 +200,20 @@ def _make_pettingzoo(name: str, cfg: Config, ctx: EnvContext) -> gym.Env:
 _REGISTRY = EnvRegistry()
 
 
-def register_env(name: str, factory: EnvFactory) -> None:
-    """Make `name` usable as `--env=name`. `factory(name, cfg, ctx)` returns a gymnasium.Env."""
-    _REGISTRY.register(name, factory)
+def register_env(name: str, factory: EnvFactory | VectorEnvFactory, vectorized: bool = False) -> None:
+    """Make `name` usable as `--env=name`. `factory(name, cfg, ctx)` returns a gymnasium.Env; with
+    `vectorized=True`, `factory(name, cfg, ctx: VectorEnvContext)` returns a gymnasium.vector.VectorEnv of
+    `ctx.num_envs` envs (docs/custom_env.md, "Vectorized envs")."""
+    _REGISTRY.register(name, factory, vectorized)
 
 
 def registry_snapshot(only: str | None = None) -> EnvRegistry:
     """An independent copy: later registrations do not change a run already started. With `only`,
     just that env's factory (what a run ships to its worker processes)."""
     if only is None:
-        return EnvRegistry(_REGISTRY.factories)
-    return EnvRegistry({only: _REGISTRY.factories[only]} if only in _REGISTRY.factories else {})
+        return EnvRegistry(_REGISTRY.factories, _REGISTRY.vectorized)
+    return EnvRegistry({only: _REGISTRY.factories[only]} if only in _REGISTRY.factories else {},
+                       _REGISTRY.vectorized & {only})
 
 
 def make_env(name: str, cfg: Config, ctx: EnvContext, registry: EnvRegistry | None = None) -> gym.Env:

@@ -39,7 +39,7 @@ def run(args: list[str], cwd, timeout: float) -> subprocess.CompletedProcess:
 
 def test_every_page_has_its_blocks():
     assert len(programs("README.md")) == 1 and len(programs("docs/custom_env.md")) == 2
-    assert len(python_blocks("docs/custom_env.md")) == 6
+    assert len(python_blocks("docs/custom_env.md")) == 7
 
 
 @pytest.mark.parametrize("page", PAGES)

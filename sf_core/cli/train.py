@@ -10,7 +10,8 @@ import time
 from typing import Sequence
 
 from sf_core.envs.env_check import EnvContractError
-from sf_core.envs.registry import EnvNotFoundError, UnregisteredEnvError
+from sf_core.envs.registry import EnvNotFoundError, UnregisteredEnvError, registry_snapshot
+from sf_core.envs.vector_backends import vector_backend
 from sf_core.cli import exit_process, unregistered_env_hint
 from sf_core.cli.arguments import build_parser, parse_args
 from sf_core.common import logs
@@ -87,6 +88,7 @@ def configure(argv: Sequence[str], lock: ExperimentLock) -> Config:
     with collector_paused():  # torch's import, from the flag checks on (sf_core/machine/heap.py)
         # the forkserver's imports overlap ours; the preset's or env fit's lines once the flags are valid
         cfg, _ = parse_args(argv, parser, parsed=parsed, announce=lambda line: log.info("%s", line))
+        vector_backend(cfg, registry_snapshot(only=cfg.env))  # a backend that cannot serve the env is a bad flag
         if cfg.machine_fit:
             where = "this machine" if not cfg.ray_address else "this machine; each cluster sampler refits its node"
             log.info("%s", describe(cfg, this_machine(cfg.device), where))

@@ -41,13 +41,11 @@ class Config:
     restart_behavior: str = flag(
         "resume", "experiment",
         "What to do when the experiment folder exists: resume, restart (keep old files aside) or overwrite.",
-        choices=("resume", "restart", "overwrite"),
-    )
+        choices=("resume", "restart", "overwrite"))
     seed: int = flag(-1, "experiment", "Random seed; -1 picks one and records it in config.json.")
     train_for_env_steps: int = flag(10_000_000_000, "experiment", "Stop after this many env frames have been sampled.")
     train_for_seconds: float = flag(
-        1e10, "experiment", "Stop after this many seconds of training, counted over every session of the experiment."
-    )
+        1e10, "experiment", "Stop after this many seconds of training, counted over every session of the experiment.")
     save_every_sec: float = flag(120.0, "experiment", "Seconds between checkpoints (also saved at every stop).")
     keep_checkpoints: int = flag(2, "experiment", "Periodic checkpoints kept (the best one is kept as well).")
     eval_every_env_steps: int = flag(
@@ -56,8 +54,7 @@ class Config:
         "best evaluation's checkpoint. A run that ends on a stop condition evaluates its final weights too.")
     eval_episodes: int = flag(10, "experiment", "Episodes per evaluation (--eval_every_env_steps).")
     target_mean_return: float = flag(
-        float("inf"), "experiment", "Stop once the mean return of the last --stats_window episodes reaches this."
-    )
+        float("inf"), "experiment", "Stop once the mean return of the last --stats_window episodes reaches this.")
     fit_defaults_to_env: bool = flag(
         True, "experiment", "An env without a preset gets values fitted to its spaces under the flags you type, as a "
         "preset would (sf_core/run/env_fit.py; the console names them); the env is made once more to read its spaces, "
@@ -74,8 +71,7 @@ class Config:
         "stop", "env", "When an env raises or a rollout worker process dies: stop training (with a checkpoint), "
         "or restart and carry on: new envs for that split (its half-finished trajectory is discarded), or, for a "
         "dead process, every component restarted from a fresh checkpoint. Both are counted in TensorBoard.",
-        choices=("stop", "restart"),
-    )
+        choices=("stop", "restart"))
     check_env: bool = flag(
         True, "env", "Before anything starts, reset and step one env in the main process and check it keeps the "
         "gymnasium API (or the multi-agent contract): spaces, return values, observation shapes and dtypes. A broken "
@@ -100,14 +96,18 @@ class Config:
     num_workers: int = flag(max(1, os.cpu_count() or 1), "rollout", "Rollout worker processes (on a cluster, per node). Untyped: one per usable core (sf_core/machine/fit.py).")
     num_envs_per_worker: int = flag(8, "rollout", "Envs each rollout worker steps. Untyped and not set by a preset: 8, or 16 with a GPU.")
     worker_num_splits: int = flag(
-        2, "rollout", "Groups a worker's envs are split into; one group steps while another waits for actions."
-    )
+        2, "rollout", "Groups a worker's envs are split into; one group steps while another waits for actions.")
     policy_workers_per_policy: int = flag(1, "rollout", "Inference workers (batched policy forward passes). Untyped: one per 8 rollout workers (at most 4, one per 4 cores).")
     rollout: int = flag(32, "rollout", "Trajectory length in env steps, the unit the learner trains on.")
     batched_sampling: bool = flag(
         True, "rollout", "True: step each split's single-agent envs as one batch (the fast path). False: step "
         "each env on its own, one trajectory per agent: needed for multi-agent envs (PettingZoo included), works "
         "for any env.")
+    env_vectorization: str = flag(
+        "auto", "rollout", "How a split's envs are built: none (one gymnasium env each, stepped one call each), "
+        "gymnasium (one vector env from the id's vector_entry_point, e.g. CartPole-v1), user (one VectorEnv from "
+        "register_env(..., vectorized=True)), auto (a native vector env where the env has one, else none). See "
+        "docs/environments.md.", choices=("auto", "none", "gymnasium", "user"))
     serial_mode: bool = flag(False, "rollout", "Run every component on one event loop in this process.")
     async_rl: bool = flag(
         True, "rollout", "Keep sampling while the learner trains (policy lag is measured). False: workers wait "
@@ -120,9 +120,8 @@ class Config:
     num_batches_per_epoch: int = flag(1, "learning", "Minibatches in one training iteration's dataset.")
     num_epochs: int = flag(1, "learning", "Passes over each dataset.")
     learning_rate: float = flag(1e-4, "learning", "Adam learning rate.")
-    lr_schedule: str = flag(
-        "constant", "learning", "Learning-rate schedule over train_for_env_steps.", choices=("constant", "linear_decay")
-    )
+    lr_schedule: str = flag("constant", "learning", "Learning-rate schedule over train_for_env_steps.",
+                            choices=("constant", "linear_decay"))
     adam_eps: float = flag(1e-6, "learning", "Adam epsilon.")
     adam_beta1: float = flag(0.9, "learning", "Adam beta1.")
     adam_beta2: float = flag(0.999, "learning", "Adam beta2.")

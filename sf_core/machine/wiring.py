@@ -32,6 +32,7 @@ from sf_core.algo.registry import algorithm_builder
 from sf_core.envs.env_check import check_env
 from sf_core.envs.multi_agent import is_multi_agent, num_agents
 from sf_core.envs.registry import EnvContext, EnvRegistry
+from sf_core.envs.vector_backends import probe_env, vector_backend
 from sf_core.common.user_code import UserCode
 from sf_core.config import Config, ConfigError
 from sf_core.contracts import signals as sig
@@ -308,12 +309,17 @@ def check_user_code(cfg: Config, registry: EnvRegistry) -> None:
 
 
 def probe_spaces(cfg: Config, registry: EnvRegistry, seed: int) -> tuple[gym.Space, gym.Space, int]:
-    """The env's (per-agent) spaces and its number of agents, from one instance made here; with --check_env, that
-    instance is first held to the env contract (envs/env_check.py): EnvContractError names the rule it broke."""
+    """The env's (per-agent) spaces and its number of agents, from one instance made here (a vector env of one where
+    --env_vectorization builds the splits of vector envs); with --check_env, that instance is first held to the env
+    contract (envs/env_check.py): EnvContractError names the rule it broke."""
     served = services.probe_spaces(cfg, registry)
     if served is not None:
         return served
-    env = registry.make(cfg.env, cfg, EnvContext(worker_index=-1, env_index=-1, seed=seed))
+    backend = vector_backend(cfg, registry)
+    if backend is not None:
+        log.info("each split's %d envs are one vector env (--env_vectorization=%s: the %s backend)",
+                 cfg.envs_per_split(), cfg.env_vectorization, backend.name)
+    env = probe_env(cfg, registry, EnvContext(worker_index=-1, env_index=-1, seed=seed), backend)
     try:
         agents = num_agents(env)
         if is_multi_agent(env) and cfg.batched_sampling:

@@ -4,7 +4,8 @@ Signals in: advance, slots_freed, stop. Out: policy_request, new_trajectories, r
 With --env_service, also envs_stepped, from its own split stepper threads (sf_core/sampling/split_stepper.py).
 
 Double buffering: while one split waits for actions, the worker steps another one. A split runner is
-a VectorEnvRunner (--batched_sampling=True) or a NonBatchedEnvRunner (False, any multi-agent env).
+a VectorEnvRunner (--batched_sampling=True), a NonBatchedEnvRunner (False, any multi-agent env), or a
+NativeVectorRunner (one natively vectorized env per split, --env_vectorization).
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ import time
 import numpy as np
 
 from sf_core.envs.registry import EnvRegistry
+from sf_core.envs.vector_backends import vector_backend
 from sf_core.config import Config
 from sf_core.contracts.buffers import BufferLayout, TrajectoryBuffers
 from sf_core.contracts.component import Component, guarded
 from sf_core.contracts.control import ControlBlock
 from sf_core.contracts.sample import RowOrigin
 from sf_core.contracts.signals import NEW_TRAJECTORIES, POLICY_REQUEST, REPORT, RolloutReport, ServiceReport
+from sf_core.sampling.native_vector_runner import NativeVectorRunner
 from sf_core.sampling.nonbatched_env_runner import NonBatchedEnvRunner
 from sf_core.sampling.policy_mapping import PolicyMapping
 from sf_core.sampling.split_runner import EnvStepError, SplitRunner
@@ -36,6 +39,14 @@ log = logging.getLogger("sf_core")
 
 MAX_FAULTS_IN_A_ROW = 10  # restarts of one split without a finished trajectory before giving up
 REPORT_INTERVAL_SEC = 0.25  # frames counted this often: bounds overshoot of --train_for_env_steps
+
+
+def runner_kind(cfg: Config, registry: EnvRegistry, served: bool) -> type[SplitRunner]:
+    """The split runner for these flags; `served`: the envs are on env servers' slots (--env_service)."""
+    if not cfg.batched_sampling:
+        return NonBatchedEnvRunner
+    native = not served and vector_backend(cfg, registry) is not None
+    return NativeVectorRunner if native else VectorEnvRunner
 
 
 class RolloutWorker(Component):
@@ -83,7 +94,7 @@ class RolloutWorker(Component):
         worker has heard back (advance), so the first frames are stepped while later splits are made (an Atari
         env takes 0.2 s to make). With --env_service all are made at once, and a split parked on a failed env slot
         is passed over."""
-        kind = VectorEnvRunner if self.cfg.batched_sampling else NonBatchedEnvRunner
+        kind = runner_kind(self.cfg, self.registry, self.pool is not None)
         while len(self.runners) < self.layout.num_splits:
             s = len(self.runners)
             self.beat("resetting envs")

@@ -2,9 +2,11 @@
 how a step's rewards and flags are stored.
 
 A split runner owns the envs of one split of a rollout worker and the rows they fill in the split's
-current slot. Two kinds step the envs (chosen by --batched_sampling):
+current slot. Three kinds step the envs (chosen by --batched_sampling and --env_vectorization):
 - `VectorEnvRunner` (sf_core/sampling/vector_env_runner.py): single-agent envs, one row each, stepped as one batch;
-- `NonBatchedEnvRunner` (sf_core/sampling/nonbatched_env_runner.py): each env on its own, one row per agent.
+- `NonBatchedEnvRunner` (sf_core/sampling/nonbatched_env_runner.py): each env on its own, one row per agent;
+- `NativeVectorRunner` (sf_core/sampling/native_vector_runner.py): one natively vectorized env (a gymnasium
+  VectorEnv) of the split's envs, one row per sub-env, stepped with one call.
 Neither waits for anything itself: the RolloutWorker decides when a split may step.
 """
 
@@ -75,9 +77,10 @@ class SplitRunner:
         self.split_index = layout.split_index(worker, split)
         first_env = self.split_index * layout.envs_per_split
         self.seeds = [seed + first_env + e for e in range(layout.envs_per_split)]
-        self.envs = [self.make_env(registry, EnvContext(worker, first_env + e, s)) for e, s in enumerate(self.seeds)]
-        self.to_env_action = env_action_converter(self.envs[0].action_space)
-        self.writer = ObsWriter(self.envs[0].observation_space)  # packs Dict/Tuple observations
+        self.envs = self.make_envs(registry, first_env)
+        obs_space, action_space = self.spaces()
+        self.to_env_action = env_action_converter(action_space)
+        self.writer = ObsWriter(obs_space)  # packs Dict/Tuple observations
 
         # numpy views of shared memory: per-step writes without torch dispatch overhead
         self.obs = buffers["obs"].numpy()
@@ -114,6 +117,14 @@ class SplitRunner:
                                                                       for _ in range(layout.envs_per_split)]
 
     # ---------------------------------------------------------------- what a kind of runner defines
+    def make_envs(self, registry: EnvRegistry, first_env: int) -> list:
+        """The split's envs (`first_env`: the global index of its first)."""
+        return [self.make_env(registry, EnvContext(self.worker, first_env + e, s)) for e, s in enumerate(self.seeds)]
+
+    def spaces(self) -> tuple[gym.Space, gym.Space]:
+        """The (per-row) observation and action spaces of the split's envs."""
+        return self.envs[0].observation_space, self.envs[0].action_space
+
     def make_env(self, registry: EnvRegistry, ctx: EnvContext):
         # --env_service: envs on the worker's slots; the worker waits, not reset()
         if isinstance(self.pool, PoolGroup):  # named pools: the registered env composes one slot of each

@@ -305,6 +305,10 @@ def check_training_flags(cfg: Config) -> None:
         raise ConfigError("--eval_every_env_steps does not work with --env_service: the evaluator would build its env "
                           "in its own process, where served envs are not built; evaluate checkpoints with "
                           "python -m sf_core.evaluate instead")
+    if cfg.env_vectorization not in ("auto", "none"):  # auto: the served envs, one by one
+        raise ConfigError(f"--env_vectorization={cfg.env_vectorization} makes each split one vector env in its "
+                          f"rollout worker, which --env_service (envs on env servers) rules out: use "
+                          f"--env_vectorization=none or auto")
     if cfg.env_service_timeout >= cfg.heartbeat_timeout:
         raise ConfigError(f"--env_service_timeout={cfg.env_service_timeout:g} must be shorter than "
                           f"--heartbeat_timeout={cfg.heartbeat_timeout:g}: a worker waiting on a server "

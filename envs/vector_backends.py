@@ -1,0 +1,110 @@
+"""Natively vectorized envs: who can build one `gymnasium.vector.VectorEnv` for a rollout worker's split.
+
+A split of `envs_per_split` envs is normally that many gymnasium envs, stepped one Python call each. A backend
+builds the split as one VectorEnv instead, stepped with one call (sf_core/sampling/native_vector_runner.py).
+--env_vectorization chooses:
+
+- `none`: one gymnasium env per env (the path every env can take);
+- `gymnasium`: an id registered with gymnasium with a `vector_entry_point` (CartPole-v0/v1), made with
+  `gymnasium.make_vec(id, num_envs=N, vectorization_mode="vector_entry_point")` and the id's registered kwargs
+  (its max_episode_steps included); ids this package shapes itself (Atari, MuJoCo, registered factories) are not
+  served here;
+- `user`: a factory registered with `register_env(name, factory, vectorized=True)` (envs/registry.py,
+  `VectorEnvContext`);
+- `auto` (the default): the first backend of `BACKENDS` that serves the env, else `none`. It picks a native
+  vector env whenever one exists for the env.
+
+Each backend is a `VectorBackend`; another (ale-py's AtariVectorEnv, EnvPool) is one more subclass in `BACKENDS`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import gymnasium as gym
+from gymnasium.vector import VectorEnv
+
+from sf_core.config import ConfigError, register_check
+from sf_core.envs.registry import EnvContext, EnvRegistry, VectorEnvContext
+from sf_core.envs.vector_of_one import VectorOfOne
+
+if TYPE_CHECKING:
+    from sf_core.config import Config
+
+AUTO, NONE = "auto", "none"
+
+
+class VectorBackend:
+    """Builds the VectorEnv of a split for the envs it `supports`."""
+
+    name = ""
+    # the envs this backend serves, in words ("--env_vectorization=NAME ... serves <this>")
+    serves = ""
+
+    def supports(self, env_name: str, registry: EnvRegistry) -> bool:
+        raise NotImplementedError
+
+    def make(self, env_name: str, cfg: Config, ctx: VectorEnvContext, registry: EnvRegistry) -> VectorEnv:
+        raise NotImplementedError
+
+
+class GymnasiumBackend(VectorBackend):
+    name = "gymnasium"
+    serves = "gymnasium ids registered with a vector_entry_point, such as CartPole-v1"
+
+    def supports(self, env_name: str, registry: EnvRegistry) -> bool:
+        spec = gym.registry.get(env_name)
+        return spec is not None and spec.vector_entry_point is not None and registry.hands_to_gymnasium(env_name)
+
+    def make(self, env_name: str, cfg: Config, ctx: VectorEnvContext, registry: EnvRegistry) -> VectorEnv:
+        # the same kwargs as the per-env path's gymnasium.make(env_name): render_mode only when rendering
+        kwargs = {"render_mode": ctx.render_mode} if ctx.render_mode else {}
+        return gym.make_vec(env_name, num_envs=ctx.num_envs, vectorization_mode="vector_entry_point", **kwargs)
+
+
+class UserBackend(VectorBackend):
+    name = "user"
+    serves = "envs registered with register_env(name, factory, vectorized=True)"
+
+    def supports(self, env_name: str, registry: EnvRegistry) -> bool:
+        return env_name in registry.vectorized
+
+    def make(self, env_name: str, cfg: Config, ctx: VectorEnvContext, registry: EnvRegistry) -> VectorEnv:
+        return registry.make_vector(env_name, cfg, ctx)
+
+
+# in the order `auto` tries them: a user's own vector env first, since it registered it for this run
+BACKENDS: tuple[VectorBackend, ...] = (UserBackend(), GymnasiumBackend())
+CHOICES = (AUTO, NONE, *(backend.name for backend in BACKENDS))
+
+
+@register_check
+def check_vectorization(cfg: Config) -> None:
+    if cfg.env_vectorization not in (AUTO, NONE) and not cfg.batched_sampling:
+        raise ConfigError(f"--env_vectorization={cfg.env_vectorization} steps each split's envs as one vector env, "
+                          f"which --batched_sampling=False (each env stepped on its own) rules out: use "
+                          f"--env_vectorization=none or auto")
+
+
+def vector_backend(cfg: Config, registry: EnvRegistry) -> VectorBackend | None:
+    """The backend that builds the run's splits (None: one gymnasium env per env), as --env_vectorization says.
+    ConfigError, in one line, where the backend asked for cannot serve the env. (With --env_service no split
+    makes envs at all: sf_core/service/endpoints.py refuses a backend asked for by name.)"""
+    choice = cfg.env_vectorization
+    if choice == NONE or (choice == AUTO and not cfg.batched_sampling):
+        return None
+    if choice == AUTO:
+        return next((b for b in BACKENDS if b.supports(cfg.env, registry)), None)
+    backend = next(b for b in BACKENDS if b.name == choice)
+    if not backend.supports(cfg.env, registry):
+        raise ConfigError(f"--env_vectorization={choice} cannot serve env {cfg.env!r}: it serves {backend.serves}; "
+                          f"--env_vectorization=none steps one env at a time")
+    return backend
+
+
+def probe_env(cfg: Config, registry: EnvRegistry, ctx: EnvContext, backend: VectorBackend | None) -> gym.Env:
+    """One env of the kind the run trains on, for the runner to read its spaces and check it: where a `backend`
+    builds the splits, a vector env of one from it, whose spaces are its single_* spaces."""
+    if backend is None:
+        return registry.make(cfg.env, cfg, ctx)
+    return VectorOfOne(backend.make(cfg.env, cfg, VectorEnvContext.of_one(ctx), registry))
