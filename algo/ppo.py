@@ -27,11 +27,12 @@ def surrogate(log_prob: torch.Tensor, behaviour_log_prob: torch.Tensor, advantag
 def value_error(values: torch.Tensor, old_values: torch.Tensor, targets: torch.Tensor, clip: float) -> torch.Tensor:
     """Half the squared error per sample; with `clip` > 0, the larger of it and the error of a value kept within
     `clip` of the one the samples were collected with. That error, where strictly larger, comes from a value
-    outside the range and has no gradient (as in `surrogate`)."""
+    outside the range and has no gradient (as in `surrogate`): the value is clamped to the range itself, so one
+    inside it is kept exactly (old + (value - old) may round to another number, whose error could win)."""
     error = (values - targets).pow(2)
     if clip > 0:
         with torch.no_grad():
-            clipped_error = (old_values + (values - old_values).clamp(-clip, clip) - targets).pow(2)
+            clipped_error = (values.clamp(old_values - clip, old_values + clip) - targets).pow(2)
         error = torch.where(clipped_error > error, clipped_error, error)
     return 0.5 * error
 

@@ -91,15 +91,19 @@ def test_the_step_equals_textbook_ppo_on_a_gaussian_policy_with_masked_samples()
     obs_space, action_space = gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Box(-1, 1, (3,), np.float32)
     model = ActorCritic(obs_space, action_space, ModelSpec.from_config(cfg))
     reference = copy.deepcopy(model)
-    ctx = Context({"actor_critic": ModelSlot(model, torch.optim.Adam(model.parameters(), lr=1e-2))},
+    # plain SGD: the weights then move by the gradients themselves (Adam's first step moves each by about lr)
+    ctx = Context({"actor_critic": ModelSlot(model, torch.optim.SGD(model.parameters(), lr=0.1))},
                   LearningParams.from_config(cfg))
     mask = (torch.rand(1, B) > 0.25).float()
-    minibatch = {"obs": torch.randn(1, B, 4), "actions": torch.randn(1, B, 3), "log_prob": torch.randn(1, B) - 3,
+    obs = torch.randn(1, B, 4)
+    with torch.no_grad():  # values the samples were collected with: most within the clip range of today's
+        old_values = model(obs[0])[1][None] + torch.randn(1, B) * 0.15
+    minibatch = {"obs": obs, "actions": torch.randn(1, B, 3), "log_prob": torch.randn(1, B) - 3,
                  "advantages": torch.randn(1, B) * 3 + 1, "targets": torch.randn(1, B),
-                 "old_values": torch.randn(1, B) * 0.1, "mask": mask, "resets": torch.zeros(1, B, dtype=torch.bool),
+                 "old_values": old_values, "mask": mask, "resets": torch.zeros(1, B, dtype=torch.bool),
                  "initial_states": torch.zeros(B, model.rnn_state_size)}
     stats = dict(zip(STEP_STATS, _sgd_step(ctx, dict(minibatch), _ppo_policy_loss)[0].tolist()))
-    expected = textbook_ppo_step(reference, torch.optim.Adam(reference.parameters(), lr=1e-2), minibatch, ctx.params)
+    expected = textbook_ppo_step(reference, torch.optim.SGD(reference.parameters(), lr=0.1), minibatch, ctx.params)
     for key, value in expected.items():
         assert stats[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
     assert expected["grad_norm"] > 0.5  # the clipping acted
@@ -123,3 +127,29 @@ def test_gradient_clipping_equals_torchs():
             torch.testing.assert_close(ours.grad, theirs.grad)
     a.weight.grad[0, 0] = float("inf")
     assert not torch.isfinite(clip_grad_norm(list(a.parameters()), 0.5))
+
+
+def test_the_clipped_terms_have_the_gradients_of_their_min_and_max_forms():
+    """ppo.surrogate and ppo.value_error take their clipped branch without gradient where it wins: the values and
+    gradients must be those of PPO's min/max forms, also where rounding makes the branches nearly equal."""
+    from sf_core.algo import ppo
+
+    torch.manual_seed(0)
+    n = 20000
+    values = (torch.randn(n) * 0.3).requires_grad_()
+    old, targets = values.detach() + torch.randn(n) * 0.1, torch.randn(n)
+    clipped = old + (values - old).clamp(-0.2, 0.2)
+    reference = 0.5 * torch.max((values - targets) ** 2, (clipped - targets) ** 2)
+    ours = ppo.value_error(values, old, targets, 0.2)
+    torch.testing.assert_close(ours, reference)
+    torch.testing.assert_close(torch.autograd.grad(ours.sum(), values)[0],
+                               torch.autograd.grad(reference.sum(), values)[0])
+
+    log_prob = (torch.randn(n) * 0.2).requires_grad_()
+    behaviour, advantages = log_prob.detach() + torch.randn(n) * 0.2, torch.randn(n)
+    ratio = (log_prob - behaviour).exp()
+    reference = torch.min(ratio * advantages, ratio.clamp(0.8, 1.2) * advantages)
+    ours = ppo.surrogate(log_prob, behaviour, advantages, 0.2)
+    torch.testing.assert_close(ours, reference)
+    torch.testing.assert_close(torch.autograd.grad(ours.sum(), log_prob)[0],
+                               torch.autograd.grad(reference.sum(), log_prob)[0])
