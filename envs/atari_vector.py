@@ -28,6 +28,8 @@ What differs from envs/atari.py, and cannot be matched through ale-py's options:
   today's wrapper plays 1..30 no-op frames, then FIRE and action 2 as two agent steps. After a lost life the game
   simply goes on (today: a no-op step and the FIRE steps, and the stack refilled with the new frame).
 - The 108,000-frame limit counts from the game's first agent step (today: from its reset, the no-ops included).
+  A life lost on the very step the limit cuts the game is reported as `terminated` (the vector env does not
+  say which of the two ended it), today as `truncated`.
 - `episode_length` counts the agent's steps only (today's also counts the FIRE steps of its resets).
 - The 84x84 frame is OpenCV's INTER_AREA; today's numpy area resize rounds the same averages, so a pixel
   differs by at most 1 grey level.
@@ -160,8 +162,3 @@ class AtariVectorPreprocessing(VectorWrapper):
     def _game_starts(info: dict) -> np.ndarray:
         return np.asarray(info["frame_number"], dtype=np.int64) - np.asarray(info["episode_frame_number"],
                                                                              dtype=np.int64)
-
-    def close(self, **kwargs: Any) -> None:
-        super().close(**kwargs)
-        # AtariVectorEnv has no close of its own: its thread pool stops when its emulator interface is freed
-        vars(self.env).pop("ale", None)

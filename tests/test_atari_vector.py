@@ -182,3 +182,18 @@ def test_a_split_of_atari_games_writes_the_rows_of_the_same_games_with_whole_gam
     assert over >= 1 and cut >= 1  # games ended with the last life and by the time limit
     assert sum(r[5].sum() for r in raw) >= 5  # and lives were lost in between
     assert max(r[1].max() for r in raw) > 1  # scores the clipped rewards would not give
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_training_on_ale_vector_envs_counts_frames_and_records_whole_games(tmp_path):
+    result = launch.run(["--env=atari_breakout", "--env_vectorization=ale", "--num_workers=1",
+                         "--num_envs_per_worker=4", "--rollout=32", "--batch_size=128", "--num_batches_per_epoch=1",
+                         "--num_epochs=1", "--train_for_env_steps=6000", f"--train_dir={tmp_path}",
+                         "--experiment=ale", "--seed=1"], timeout=100)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "one vector env (--env_vectorization=ale: the ale backend)" in result.stdout + result.stderr
+    summary = read_summary(tmp_path, "ale")
+    assert summary["frames"] >= 6000  # emulator frames: 4 an agent step (the atari_* preset's frameskip)
+    # whole games, over their 5 lives: a random Breakout game lasts a few hundred agent steps, one life a few dozen
+    assert summary["episodes"] >= 1 and summary["mean_length"] >= 100, summary
