@@ -127,7 +127,7 @@ class AtariVectorPreprocessing(VectorWrapper):
         if ended.any():
             self._end_episodes(obs, ended, restarted, info)
         else:
-            self._fill_stack(obs, np.ones(self.num_envs, dtype=bool))
+            self._fill_stack(obs)
         rewards = np.sign(raw) if self.clip_rewards else raw
         return obs, rewards, terminated, truncated, info
 
@@ -145,15 +145,17 @@ class AtariVectorPreprocessing(VectorWrapper):
         final_obs = info["final_obs"]
         self._fill_stack(final_obs, over)  # a game over within its first steps
         self.game_return[over], self.game_length[over], self.age[over] = 0.0, 0, 0
-        self._fill_stack(obs, np.ones(self.num_envs, dtype=bool))
+        self._fill_stack(obs)
         life_lost = ended & ~restarted
         final_obs[life_lost] = obs[life_lost]
         info["_final_obs"] = ended
 
-    def _fill_stack(self, obs: np.ndarray, rows: np.ndarray) -> None:
-        """The vector env's stack holds zeros before a game's first frame: those `rows` that are that young get
-        the first frame there instead."""
-        young = rows & (self.age < self.depth - 1)
+    def _fill_stack(self, obs: np.ndarray, rows: np.ndarray | None = None) -> None:
+        """The vector env's stack holds zeros before a game's first frame: the sub-envs (of `rows`, else all)
+        whose game is that young get the first frame there instead."""
+        young = self.age < self.depth - 1
+        if rows is not None:
+            young &= rows
         for e in np.flatnonzero(young).tolist():
             first = self.depth - 1 - int(self.age[e])  # the game's first frame in the stack
             obs[e, :first] = obs[e, first]
