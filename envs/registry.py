@@ -171,14 +171,19 @@ class EnvRegistry:
             factory.check()
 
 
-def _make_atari(name: str, cfg: Config, ctx: EnvContext) -> gym.Env:
-    """`atari_*` names and `ALE/...` ids: the Atari integration (envs/atari.py, needs ale-py)."""
+def require_ale(name: str) -> None:
+    """EnvNotFoundError, with the install command, where the Atari game `name` cannot be made: no ale-py."""
     try:
         import ale_py  # noqa: F401
     except ImportError as exc:
         raise EnvNotFoundError(
             f"env {name!r} is an Atari game, which needs ale-py ({exc}): pip install -e '.[atari]'"
         ) from None
+
+
+def _make_atari(name: str, cfg: Config, ctx: EnvContext) -> gym.Env:
+    """`atari_*` names and `ALE/...` ids: the Atari integration (envs/atari.py, needs ale-py)."""
+    require_ale(name)
     from sf_core.envs.atari import make_atari_env
 
     try:

@@ -11,10 +11,13 @@ builds the split as one VectorEnv instead, stepped with one call (sf_core/sampli
   served here;
 - `user`: a factory registered with `register_env(name, factory, vectorized=True)` (envs/registry.py,
   `VectorEnvContext`);
-- `auto` (the default): the first backend of `BACKENDS` that serves the env, else `none`. It picks a native
-  vector env whenever one exists for the env.
+- `ale`: ale-py's AtariVectorEnv for the Atari names envs/atari.py serves, preprocessed as it does
+  (envs/atari_vector.py);
+- `auto` (the default): the first backend of `BACKENDS` that serves the env and that `auto` may pick, else
+  `none`. `ale` is not one of those yet: `auto` keeps Atari on the per-env path until the vector env is
+  measured faster there.
 
-Each backend is a `VectorBackend`; another (ale-py's AtariVectorEnv, EnvPool) is one more subclass in `BACKENDS`.
+Each backend is a `VectorBackend`; another (EnvPool) is one more subclass in `BACKENDS`.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import gymnasium as gym
 from gymnasium.vector import VectorEnv
 
 from sf_core.config import ConfigError, register_check
-from sf_core.envs.registry import EnvContext, EnvRegistry, VectorEnvContext
+from sf_core.envs.atari import ale_id
+from sf_core.envs.atari_vector import is_atari_name, make_atari_vector_env
+from sf_core.envs.registry import EnvContext, EnvNotFoundError, EnvRegistry, VectorEnvContext, require_ale
 from sf_core.envs.vector_of_one import VectorOfOne
 
 if TYPE_CHECKING:
@@ -40,6 +45,8 @@ class VectorBackend:
     name = ""
     # the envs this backend serves, in words ("--env_vectorization=NAME ... serves <this>")
     serves = ""
+    # whether --env_vectorization=auto may pick it (else only by name)
+    auto = True
 
     def supports(self, env_name: str, registry: EnvRegistry) -> bool:
         raise NotImplementedError
@@ -73,8 +80,26 @@ class UserBackend(VectorBackend):
         return registry.make_vector(env_name, cfg, ctx)
 
 
+class AleVectorBackend(VectorBackend):
+    name = "ale"
+    serves = "atari_* names and ALE/... ids that no registered factory shapes"
+    auto = False  # not until it is measured faster than the per-env path (issue 38)
+
+    def supports(self, env_name: str, registry: EnvRegistry) -> bool:
+        # the game itself is resolved in make(), which names an unknown one as the per-env path does
+        return is_atari_name(env_name) and env_name not in registry.factories
+
+    def make(self, env_name: str, cfg: Config, ctx: VectorEnvContext, registry: EnvRegistry) -> VectorEnv:
+        require_ale(env_name)
+        try:
+            ale_id(env_name)  # an unknown game, as the per-env path names it
+        except ValueError as exc:
+            raise EnvNotFoundError(str(exc)) from None
+        return make_atari_vector_env(env_name, cfg, ctx)
+
+
 # in the order `auto` tries them: a user's own vector env first, since it registered it for this run
-BACKENDS: tuple[VectorBackend, ...] = (UserBackend(), GymnasiumBackend())
+BACKENDS: tuple[VectorBackend, ...] = (UserBackend(), GymnasiumBackend(), AleVectorBackend())
 CHOICES = (AUTO, NONE, *(backend.name for backend in BACKENDS))
 
 
@@ -94,7 +119,7 @@ def vector_backend(cfg: Config, registry: EnvRegistry) -> VectorBackend | None:
     if choice == NONE or (choice == AUTO and not cfg.batched_sampling):
         return None
     if choice == AUTO:
-        return next((b for b in BACKENDS if b.supports(cfg.env, registry)), None)
+        return next((b for b in BACKENDS if b.auto and b.supports(cfg.env, registry)), None)
     backend = next(b for b in BACKENDS if b.name == choice)
     if not backend.supports(cfg.env, registry):
         raise ConfigError(f"--env_vectorization={choice} cannot serve env {cfg.env!r}: it serves {backend.serves}; "
