@@ -154,6 +154,8 @@ class RolloutWorker(Component):
 
     @guarded
     def advance(self, splits: list[int]) -> None:
+        if self.stopping:  # actions that arrive after stop() closed the envs are not stepped
+            return
         for split in splits:
             self.awaiting[split] -= 1
             if self.awaiting[split] > 0:  # another policy has yet to act on this row
