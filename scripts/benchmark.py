@@ -99,8 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help='flags for our trainer only, as one string: --extra="--with_vtrace=True --num_epochs=2"')
     p.add_argument("--sf_extra", action="append", default=[], help="flags for Sample Factory only, as one string")
     p.add_argument("--variant", action="append", default=[],
-                   help='one more training phase of ours with these flags added, in the same run (repeatable): '
-                        '--variant="--mixed_precision=True"')
+                   help='one more sampling and training phase of ours (those asked for) with these flags added, in '
+                        'the same run (repeatable): --variant="--mixed_precision=True"')
     p.add_argument("--baseline_repo", help="a checkout of another commit (e.g. `git worktree add ../base HEAD~1`): "
                                            "its trainer runs the training phase too, right after ours, in the same "
                                            "run (training_baseline; ratio training_vs_baseline). It must write "
@@ -197,6 +197,10 @@ class Benchmark:
                        f"[raw_env_per_core] {raw_desc}, {many} processes at once")
         if "sampling" in wanted:
             self.phase("sampling", lambda: self.ours("sampling", self.extra, sampling_only=True))
+            for i, variant in enumerate(args.variant, 1):
+                name, flags = f"sampling_variant_{i}", shlex.split(variant)
+                self.phase(name, lambda: self.ours(name, self.extra + flags, sampling_only=True),
+                           label=f"sf_core sampling {variant}")
         if "training" in wanted:
             self.phase("training", lambda: self.ours("training", self.extra, sampling_only=False))
             if args.baseline_repo:

@@ -48,10 +48,10 @@ def test_tiny_run_writes_every_figure(tmp_path):
     assert results["settings"]["config"]["encoder_mlp_layers"] == [32]
     assert results["settings"]["summary_interval"] == ours.SUMMARY_INTERVAL_SEC
     phases = results["phases"]
-    assert list(phases) == ["raw_env_1proc", "raw_env_per_core", "sampling", "training", "training_baseline",
-                            "training_variant_1", "sample_factory"]  # in the order they ran
-    for name in ("raw_env_1proc", "raw_env_per_core", "sampling", "training", "training_baseline",
-                 "training_variant_1"):
+    assert list(phases) == ["raw_env_1proc", "raw_env_per_core", "sampling", "sampling_variant_1", "training",
+                            "training_baseline", "training_variant_1", "sample_factory"]  # in the order they ran
+    for name in ("raw_env_1proc", "raw_env_per_core", "sampling", "sampling_variant_1", "training",
+                 "training_baseline", "training_variant_1"):
         assert phases[name]["status"] == "ok", phases[name]
         assert phases[name]["fps"] > 0
         assert phases[name]["peak_rss_mb"] > 0
@@ -80,7 +80,9 @@ def test_tiny_run_writes_every_figure(tmp_path):
     ratios = results["ratios"]
     assert ratios["training_vs_raw_1proc"] > 0 and ratios["sampling_vs_ceiling"] > 0
     assert ratios["training_vs_sf"] is None and ratios["training_variant_1_vs_sf"] is None
-    assert len(results["commands"]) == 6  # raw 1 and per core, sampling, training, baseline, variant
+    assert len(results["commands"]) == 7  # raw 1 and per core, sampling and its variant, training, baseline, variant
+    assert "--sampling_only=True" in phases["sampling_variant_1"]["command"]
+    assert "--num_epochs=2" in phases["sampling_variant_1"]["command"]
     assert any("sf_core training" in line for line in results["table"])
     assert any(line.startswith("sf_core training --num_epochs=2") for line in results["table"])
     assert "frames/s" in proc.stdout
@@ -338,6 +340,7 @@ def test_ratios_use_only_successful_phases():
     assert (r["training_vs_raw_1proc"], r["training_vs_ceiling"], r["raw_per_core_scaling"]) == (0.6, 0.3, 2.0)
     assert r["training_samples_trained_vs_sf"] == 6.0 and r["sf_vs_ceiling"] == 0.1
     assert r["training_vs_sampling"] == 0.75 and r["sampling_vs_ceiling"] == 0.4
+    assert r["training_variant_1_vs_training"] == 1.5  # a variant against the same phase without its flags
     phases["sample_factory"] = {"status": "failed", "fps": 200.0, "samples_trained_per_s": 50.0}
     phases["sampling"]["status"] = "failed"
     r = report.compute_ratios(phases)

@@ -103,6 +103,8 @@ def compute_ratios(phases: dict) -> dict:
         "cluster_vs_training": ratio(fps.get("cluster_1_sampler"), fps.get("training")),
         "slow_2_nodes_vs_1_node": ratio(fps.get("slow_2_nodes"), fps.get("slow_1_node")),
         **{f"{name}_vs_sf": ratio(fps.get(name), sf_fps) for name in phases if name.startswith("training_variant")},
+        **{f"{name}_vs_{name.split('_')[0]}": ratio(fps.get(name), fps.get(name.split("_")[0]))
+           for name in phases if "_variant_" in name},
     }
 
 
