@@ -147,12 +147,15 @@ bench_scaling() {
 # The published scores on the GPU box (docs/results.md): Pong, 3 seeds, each stopped 3 minutes after its start
 # (or at a mean return of 20), through scripts/reproduce.py; its table, JSON and curves land in $OUTDIR/scores.
 # About 10.5 minutes with start-up and evaluation: one device call of its own. SCORES_ENVS=atari_breakout
-# SCORES_SECONDS=540 SCORES_SEEDS=1 runs Breakout's 40M frames instead.
+# SCORES_SECONDS=540 SCORES_SEEDS=1 runs Breakout's 40M frames instead. SCORES_UPDATES sets the updates per
+# sample: by default CleanRL's (4 epochs of 256-sample minibatches), since the preset's 2 epochs of 512 had not
+# moved Pong's policy at 4.35M frames on 2 CPU cores (docs/results.md); SCORES_UPDATES= runs the preset's.
 scores() {
     local work=/tmp/scores
+    local updates=${SCORES_UPDATES-"--num_epochs=4 --batch_size=256 --num_batches_per_epoch=4"}
     python3 scripts/reproduce.py --envs="${SCORES_ENVS:-atari_pong}" --seeds="${SCORES_SEEDS:-1,2,3}" \
         --eval_episodes=3 --out="$work" --extra="--device=cuda --num_workers=$CORES --num_envs_per_worker=16 \
-        --train_for_seconds=${SCORES_SECONDS:-180} --target_mean_return=${SCORES_TARGET:-20}" \
+        --train_for_seconds=${SCORES_SECONDS:-180} --target_mean_return=${SCORES_TARGET:-20} $updates" \
         2>&1 | tee "$OUTDIR/scores.log" || true
     mkdir -p "$OUTDIR/scores" && cp -r "$work"/results.* "$work"/plots "$OUTDIR/scores/" 2>/dev/null || true
 }
