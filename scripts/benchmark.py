@@ -114,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raw_processes", type=int, help="processes of the per-core raw phase (default: usable cores)")
     p.add_argument("--startup_timeout", type=float, default=120.0, help="seconds a trainer may take to its 1st frame")
     p.add_argument("--launches", type=int, default=8,
-                   help="first_frame phase: launches of each (the bare torch import, each trainer), in turns")
+                   help="first_frame phase: launches of each (the bare torch import, each trainer), in turns, "
+                        "after one uncounted turn")
     p.add_argument("--python", default=sys.executable, help="interpreter that runs sf_core.train")
     p.add_argument("--work_dir", help="where train dirs and logs go (default: a temp dir, removed at the end)")
     add_bool_argument(p, "verbose", False, "echo the trainers' output")

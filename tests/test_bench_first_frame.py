@@ -59,7 +59,8 @@ def test_first_frame_phase_measures_the_trainer_and_the_floor_in_turns(tmp_path)
     assert phase["status"] == "ok", phase
     run = phase["runs"][0]
     marks = run["startup"]
-    assert 0 < marks["main_started"] < marks["env_probed"] < marks["first_frame"], marks
+    # configured: flags checked and torch imported (sf_core/cli/train.py), before the runner probes the env
+    assert 0 < marks["main_started"] < marks["configured"] <= marks["env_probed"] < marks["first_frame"], marks
     assert run["floor"] > 0 and run["over_floor"] == pytest.approx(marks["first_frame"] - run["floor"], abs=1e-3)
     assert phase["first_frame_s"]["n"] == 1 and "1st frame" in phase["line"]
     assert "sf_core first frame after launch" in proc.stdout

@@ -6,7 +6,8 @@ each alike, and each trainer's figure is also taken as its difference from the f
 Every figure counts from the moment the OS started the process (/proc, in 10 ms ticks): the floor prints its
 own, the trainer's is `startup.runner.first_frame` in its training_summary.json, which counts from that same
 moment (sf_core/contracts/timing.py, process_started_at). Each trainer trains to its first frames and stops
-(--train_for_env_steps=1) in an experiment folder of its own, as a first run would.
+(--train_for_env_steps=1) in an experiment folder of its own, as a first run would. One turn runs first and is
+not counted: it loads the files into the OS's cache (and writes bytecode where Python may).
 """
 
 from __future__ import annotations
@@ -67,11 +68,16 @@ def trainer_command(python: str, cfg_argv: list[str], extra: list[str], train_di
 
 
 def bytecode_note(repo: str, env: dict[str, str]) -> str:
-    """Whether the trainer's own modules load from cached bytecode or are compiled at every launch."""
-    cached = os.path.isdir(os.path.join(repo, "sf_core", "__pycache__"))
-    if env.get("PYTHONDONTWRITEBYTECODE") and not cached:
-        return "compiled at every launch (PYTHONDONTWRITEBYTECODE set, no __pycache__ in the checkout)"
-    return "cached (__pycache__)" if cached else "written at the first launch"
+    """Whether the trainer's own modules loaded from cached bytecode or were compiled at every launch (about
+    0.15 s more on this 2-core machine: docs/performance.md, "The first frame against a bare torch import")."""
+    prefix = env.get("PYTHONPYCACHEPREFIX")
+    where = (os.path.join(prefix, os.path.realpath(repo).lstrip(os.sep), "sf_core") if prefix
+             else os.path.join(repo, "sf_core", "__pycache__"))
+    if os.path.isdir(where) and any(name.endswith(".pyc") for name in os.listdir(where)):
+        return f"loaded from cached bytecode ({where})"
+    if env.get("PYTHONDONTWRITEBYTECODE"):
+        return "compiled at every launch (PYTHONDONTWRITEBYTECODE is set and no bytecode is cached)"
+    return "compiled at every launch (no bytecode cached)"
 
 
 def run_first_frame(args: argparse.Namespace, cfg_argv: list[str], extra: list[str], work_dir: str) -> dict:
@@ -81,16 +87,19 @@ def run_first_frame(args: argparse.Namespace, cfg_argv: list[str], extra: list[s
     floors: list[float] = []
     runs: dict[str, list[dict]] = {name: [] for name in repos}
     commands = {}
-    for launch in range(1, args.launches + 1):
-        floors.append(run_floor(args.python, dict(os.environ), timeout))
+    for launch in range(args.launches + 1):  # launch 0: the uncounted turn
+        floor = run_floor(args.python, dict(os.environ), timeout)
         for name, repo in repos.items():
             train_dir, experiment = os.path.join(work_dir, f"first_frame_{name}"), f"launch_{launch}"
             command = trainer_command(args.python, cfg_argv, extra, train_dir, experiment)
             commands[name] = shlex.join(command)
             startup = run_trainer(command, repo, checkout_env(repo, work_dir), os.path.join(
                 train_dir, experiment, "training_summary.json"), timeout)
-            runs[name].append({"startup": startup, "floor": floors[-1],
-                               "over_floor": round(startup["first_frame"] - floors[-1], 3)})
+            if launch:
+                runs[name].append({"startup": startup, "floor": floor,
+                                   "over_floor": round(startup["first_frame"] - floor, 3)})
+        if launch:
+            floors.append(floor)
     result = {"status": "ok", "fps": None, "launches": args.launches, "floor_s": spread(floors),
               "floor_command": shlex.join([args.python, "-c", FLOOR]), "command": commands["ours"],
               "bytecode": bytecode_note(REPO, dict(os.environ))}
