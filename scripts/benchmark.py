@@ -9,6 +9,8 @@ Phases, one after another on the same machine:
   training          `python -m sf_core.train ...` (full APPO): env frames/s, samples trained/s, time to 1st frame
   sample_factory    Sample Factory 2.1.1 with the same configuration, if --sf_python points at a Python
                     that has it installed (a separate venv); otherwise reported as 'not run'
+  first_frame       (--phases=first_frame) the trainer's first frame after launch beside a bare `import torch`
+                    with the collector off, --launches times in turns (scripts/benchlib/first_frame.py)
   cluster_*         on a Ray cluster of one or two nodes on this machine (--phases=...,cluster; needs Ray and
                     root for `unshare -n`): the cost of the cluster path, and two nodes of a slow env against
                     one (scripts/benchlib/cluster.py)
@@ -57,6 +59,7 @@ for _path in (REPO, SCRIPTS):  # sf_core and benchlib, however this file is run 
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+from benchlib.first_frame import run_first_frame  # noqa: E402
 from benchlib.ours import run_ours  # noqa: E402
 from benchlib.proctree import Interrupted  # noqa: E402
 from benchlib.raw_env import run_raw_env  # noqa: E402
@@ -68,7 +71,7 @@ from sf_core.run.time_accounting import accounting_lines  # noqa: E402
 if TYPE_CHECKING:
     from sf_core.config import Config
 
-ALL_PHASES = ("raw", "sampling", "training", "sf", "cluster")
+ALL_PHASES = ("raw", "sampling", "training", "sf", "cluster", "first_frame")
 DEFAULT_PHASES = ("raw", "sampling", "training", "sf")
 
 
@@ -110,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster_cases", help="comma-separated subset of the cluster phase's cases (default: all)")
     p.add_argument("--raw_processes", type=int, help="processes of the per-core raw phase (default: usable cores)")
     p.add_argument("--startup_timeout", type=float, default=120.0, help="seconds a trainer may take to its 1st frame")
+    p.add_argument("--launches", type=int, default=8,
+                   help="first_frame phase: launches of each (the bare torch import, each trainer), in turns, "
+                        "after one uncounted turn")
     p.add_argument("--python", default=sys.executable, help="interpreter that runs sf_core.train")
     p.add_argument("--work_dir", help="where train dirs and logs go (default: a temp dir, removed at the end)")
     add_bool_argument(p, "verbose", False, "echo the trainers' output")
@@ -213,6 +219,8 @@ class Benchmark:
                            label=f"sf_core training {variant}")
         if "sf" in wanted:
             self.phase("sample_factory", lambda: run_sf(args, self.cfg, self.work_dir))
+        if "first_frame" in wanted:
+            self.phase("first_frame", lambda: run_first_frame(args, self.cfg_argv, self.extra, self.work_dir))
         if "cluster" in wanted:
             from benchlib.cluster import CASES, run_case
 
@@ -246,7 +254,8 @@ class Benchmark:
             phases[name] = median_round(self.rounds[name])
         if p.get("command") and p["command"] not in results["commands"]:
             results["commands"].append(p["command"])
-        shown = f"{p['fps']:,.0f} frames/s" if p.get("fps") is not None else p.get("reason") or p.get("error", "")
+        shown = (f"{p['fps']:,.0f} frames/s" if p.get("fps") is not None
+                 else p.get("line") or p.get("reason") or p.get("error", ""))
         print(f"   {p['status']}: {shown} ({time.time() - started:.1f}s)", flush=True)
 
 
@@ -259,8 +268,8 @@ def check_args(args: argparse.Namespace) -> None:
     unknown = sorted(set(wanted_phases(args)) - set(ALL_PHASES))
     if unknown:
         raise SystemExit(f"benchmark: unknown phases {unknown}; choose from {ALL_PHASES}")
-    if args.seconds <= 0 or args.warmup < 0 or args.rounds < 1:
-        raise SystemExit("benchmark: --seconds must be > 0, --warmup >= 0 and --rounds >= 1")
+    if args.seconds <= 0 or args.warmup < 0 or args.rounds < 1 or args.launches < 1:
+        raise SystemExit("benchmark: --seconds must be > 0, --warmup >= 0, --rounds >= 1 and --launches >= 1")
     args.sf_extra_flags = [flag for chunk in args.sf_extra for flag in shlex.split(chunk)]
     if args.baseline_repo and not os.path.exists(os.path.join(args.baseline_repo, "sf_core", "train.py")):
         raise SystemExit(f"benchmark: --baseline_repo={args.baseline_repo} is not a checkout of sf_core")

@@ -19,7 +19,12 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(SCRIPTS)
+if SCRIPTS not in sys.path:  # benchlib, however this file is run or loaded
+    sys.path.insert(0, SCRIPTS)
+
+from benchlib.checkout import checkout_env  # noqa: E402
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -40,7 +45,7 @@ def solve_once(repo: str, args: argparse.Namespace, seed: int, train_dir: str) -
     command = [sys.executable, "-m", "sf_core.train", f"--env={args.env}", f"--target_mean_return={args.target:g}",
                f"--seed={seed}", f"--train_for_seconds={args.limit:g}", f"--train_dir={train_dir}",
                f"--experiment={experiment}", "--restart_behavior=overwrite", *shlex.split(args.extra)]
-    env = dict(os.environ, PYTHONPATH=repo)
+    env = checkout_env(repo, train_dir)  # another checkout's algo/ and envs/ too, not the venv's
     started = time.perf_counter()
     proc = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=args.limit + 120)
     wall = time.perf_counter() - started

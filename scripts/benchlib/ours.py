@@ -14,6 +14,7 @@ import os
 import shlex
 
 from . import REPO
+from .checkout import checkout_env
 from .watch import Timing, Watch, watch_process
 from .window import Point, window_rates
 
@@ -95,8 +96,7 @@ def run_ours(name: str, args: argparse.Namespace, cfg_argv: list[str], extra: li
     bound = args.startup_timeout + args.warmup + args.seconds + 60  # safety only: we stop it ourselves
     train_dir, experiment = os.path.join(work_dir, "train_dir"), f"bench_{name}"
     command = our_command(args.python, cfg_argv, extra, train_dir, experiment, sampling_only, bound)
-    env = dict(os.environ, PYTHONUNBUFFERED="1",
-               PYTHONPATH=repo + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
+    env = checkout_env(repo, work_dir, dict(os.environ, PYTHONUNBUFFERED="1"))
     summary_path = os.path.join(train_dir, experiment, SUMMARY_FILE)
     w = watch_process(command, Timing(args.warmup, args.seconds, args.startup_timeout),
                       os.path.join(work_dir, f"{name}.log"), poll=SummaryPoller(summary_path), cwd=repo, env=env,

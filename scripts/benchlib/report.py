@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from sf_core.config import Config
 
 LABELS = {"raw_env_1proc": "raw env, 1 process", "raw_env_per_core": "raw env, 1 process per core",
-          "sampling": "sf_core sampling only", "training": "sf_core training", "sample_factory": "Sample Factory"}
+          "sampling": "sf_core sampling only", "training": "sf_core training", "sample_factory": "Sample Factory",
+          "first_frame": "sf_core first frame after launch"}
 CONFIG_KEYS = ("env", "num_workers", "num_envs_per_worker", "worker_num_splits", "policy_workers_per_policy",
                "rollout", "batch_size", "num_batches_per_epoch", "num_epochs", "encoder_mlp_layers", "async_rl",
                "serial_mode", "device", "env_frameskip", "torch_threads", "mp_start_method")
@@ -153,6 +154,8 @@ def _row(name: str, p: dict, raw1: float | None, ceiling: float | None) -> tuple
         label = f"Sample Factory {p['version']}"
     if p.get("status") != "ok":
         return (label, p.get("status", "?"), "", "", "", (p.get("reason") or p.get("error") or "")[:60])
+    if p.get("fps") is None:  # a phase of another figure (first_frame): its line says it
+        return (label, "", "", "", "", p.get("line", ""))
     fps = p["fps"]
     return (label, f"{fps:,.0f}", _fmt_ratio(fps, raw1), _fmt_ratio(fps, ceiling),
             f"{p['peak_rss_mb']:,.0f}" if p.get("peak_rss_mb") is not None else "", "; ".join(_notes(name, p)))

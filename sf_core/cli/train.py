@@ -56,8 +56,8 @@ def _train(argv: list[str], lock: ExperimentLock, launched: float) -> int:
 
     from sf_core.run.runner import Runner
 
-    try:
-        return Runner(cfg, launched=launched).run()
+    try:  # `configured`: flags checked, torch and the runner's modules imported
+        return Runner(cfg, launched=launched, marks={"configured": time.time()}).run()
     except EnvContractError as exc:  # found before anything started, like a bad flag
         print(f"sf_core.train: error: {exc}", file=sys.stderr)
         return 2

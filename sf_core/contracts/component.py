@@ -152,8 +152,13 @@ class Routing:
         Signal payloads here are ints, lists, strings and small dataclasses (never tensors or handles),
         and plain pickle is several times cheaper per message, which adds up at one signal per split
         step. Must run before any connection to the loop is made (connections capture the queue).
+        The loop's own faster-fifo queue is kept and told to pickle plainly: a new one would allocate and
+        zero another SIGNAL_QUEUE_BYTES of shared memory per loop while the run starts.
         """
         old = loop.signal_queue
+        if isinstance(old, faster_fifo.Queue) and old.max_size_bytes >= SIGNAL_QUEUE_BYTES:
+            old.dumps = pickle.dumps  # what faster-fifo's `dumps=` argument sets; pickled with the queue
+            return loop
         loop.signal_queue = faster_fifo.Queue(max_size_bytes=SIGNAL_QUEUE_BYTES, dumps=pickle.dumps)
         for obj in list(loop.objects.values()):  # the loop's own connections (its terminate signal)
             for receiver, queue in obj.receiver_queues.items():

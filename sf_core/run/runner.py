@@ -55,7 +55,8 @@ MAX_WORKER_RESTARTS = 5
 
 
 class Runner(Component):
-    def __init__(self, cfg: Config, registry: EnvRegistry | None = None, launched: float | None = None):
+    def __init__(self, cfg: Config, registry: EnvRegistry | None = None, launched: float | None = None,
+                 marks: dict[str, float] | None = None):
         self.launched = launched or time.time()  # train.main passes its own start: torch imports count
         self.seed = cfg.seed if cfg.seed >= 0 else random.randrange(2**31)
         self.cfg = replace(cfg, seed=self.seed)
@@ -85,7 +86,7 @@ class Runner(Component):
         self.last_check = time.time()  # when check() last ran: the loop watchdog reads it
         self.loop_done = threading.Event()
         self.threads_before_fork = 0
-        self.marks: dict[str, float] = {}  # the runner's start-up steps (wall clock), for the time accounting
+        self.marks = dict(marks or {})  # start-up steps (wall clock): the caller's (train.main's), then ours
 
     @property
     def stats(self) -> TrainingStats:
@@ -148,8 +149,7 @@ class Runner(Component):
             self._build()
         except (ValueError, gym.error.Error) as exc:
             raise ConfigError(str(exc)) from exc
-        timer = Timer(self.loop, CHECK_INTERVAL_SEC, object_id="runner_check_timer")
-        timer.timeout.connect(self.check)
+        Timer(self.loop, CHECK_INTERVAL_SEC, object_id="runner_check_timer").timeout.connect(self.check)
 
         previous = {sig: os_signal.signal(sig, self._on_os_signal) for sig in (os_signal.SIGINT, os_signal.SIGTERM)}
         try:

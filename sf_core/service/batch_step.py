@@ -19,7 +19,6 @@ from itertools import count
 from typing import Any, NamedTuple
 
 import numpy as np
-import zmq
 
 from sf_core.service.env_pool import PooledEnv, SlotLost
 from sf_core.service.protocol import leaf_spaces, max_message_bytes, space_array
@@ -94,6 +93,8 @@ class BatchStepper:
 
     def _wait_any(self, waiting: dict[tuple[str, int], int], timeout: float) -> None:
         """Block until a reply may be there on any of the servers still owing one, or `timeout`."""
+        import zmq  # with the sockets that wait here (sf_core/service/remote_env.py says why not before)
+
         poller = zmq.Poller()
         for address in dict.fromkeys(a for a, _ in waiting):
             channel = self.channels[address]
