@@ -444,10 +444,12 @@ def folder_state(folder) -> dict[str, tuple[int, int]]:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_rerunning_a_finished_experiment_changes_nothing_and_a_higher_limit_trains_on(tmp_path, capsys):
+    trained = {}
     for limit, experiment in (("--train_for_env_steps=2000", "frames"), ("--train_for_seconds=4", "seconds")):
         flags = ["--env=CartPole-v1", "--serial_mode", limit]
         code, first = train(tmp_path, *flags, experiment=experiment)
         assert code == 0 and not first["running"], first.get("error")
+        trained[experiment] = first["frames"]  # whole rollouts: past the limit, by more with a vector env
         before = folder_state(tmp_path / experiment)
         capsys.readouterr()
         code, again = train(tmp_path, *flags, experiment=experiment)
@@ -457,7 +459,8 @@ def test_rerunning_a_finished_experiment_changes_nothing_and_a_higher_limit_trai
         assert f"already finished: it reached {limit} (" in out, out[-2000:]
         assert f"raise {limit.split('=')[0]}" in out and "--restart_behavior=restart" in out
         assert "experiment folder" not in out and "resuming" not in out
-    code, more = train(tmp_path, "--env=CartPole-v1", "--serial_mode", "--train_for_env_steps=6000",
+    higher = trained["frames"] + 4000  # a limit above what the first run trained
+    code, more = train(tmp_path, "--env=CartPole-v1", "--serial_mode", f"--train_for_env_steps={higher}",
                        experiment="frames")
-    assert code == 0 and more["frames"] >= 6000
+    assert code == 0 and more["frames"] >= higher
     assert "resuming from" in capsys.readouterr().out
