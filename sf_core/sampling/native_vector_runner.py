@@ -31,24 +31,9 @@ from sf_core.envs.env_check import EnvContractError
 from sf_core.envs.registry import EnvRegistry, VectorEnvContext
 from sf_core.envs.vector_api import autoreset_mode, env_info
 from sf_core.envs.vector_backends import vector_backend
-from sf_core.sampling.split_runner import STORE_ERRORS, EnvStepError, SplitRunner
+from sf_core.sampling.split_runner import STORE_ERRORS, EnvStepError, SplitRunner, env_action_converter
 
 VECTOR_ENV_API = "the gymnasium VectorEnv API"
-
-
-def batch_action_converter(space: gym.Space, num_envs: int) -> Callable[[np.ndarray], np.ndarray]:
-    """A batch of policy outputs (as stored in buffers) to what VectorEnv.step expects (a fresh array: the env
-    never holds a view of the shared buffer)."""
-    if isinstance(space, gym.spaces.Discrete):
-        start = int(space.start)
-        return lambda a: a + start
-    if isinstance(space, gym.spaces.MultiDiscrete):
-        start, shape = np.asarray(space.start).ravel(), (num_envs, *space.nvec.shape)
-        return lambda a: (a.astype(np.int64) + start).reshape(shape)
-    if isinstance(space, gym.spaces.Box):
-        low, high = space.low, space.high
-        return lambda a: np.clip(a, low, high).astype(space.dtype)
-    raise ValueError(f"unsupported action space {space}")
 
 
 class NativeVectorRunner(SplitRunner):
@@ -70,7 +55,7 @@ class NativeVectorRunner(SplitRunner):
 
     def spaces(self) -> tuple[gym.Space, gym.Space]:
         space = self.env.single_action_space
-        self.to_env_actions = batch_action_converter(space, self.layout.envs_per_split)
+        self.to_env_actions = env_action_converter(space, self.layout.envs_per_split)
         return self.env.single_observation_space, space
 
     def vector_env_name(self) -> str:

@@ -42,14 +42,16 @@ class EnvStepError(RuntimeError):
 STORE_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError)
 
 
-def env_action_converter(space: gym.Space) -> Callable[[np.ndarray], Any]:
-    """Policy outputs (as stored in buffers) to what env.step expects."""
+def env_action_converter(space: gym.Space, num_envs: int | None = None) -> Callable[[np.ndarray], Any]:
+    """Policy outputs (as stored in buffers) to what env.step expects; with `num_envs`, a batch of them to what
+    a VectorEnv's step expects (a fresh array: the env never holds a view of the shared buffer)."""
     if isinstance(space, gym.spaces.Discrete):
         start = int(space.start)
-        return lambda a: int(a) + start
+        return (lambda a: int(a) + start) if num_envs is None else (lambda a: a + start)
     if isinstance(space, gym.spaces.MultiDiscrete):
         start = np.asarray(space.start).ravel()
-        return lambda a: (a.astype(np.int64) + start).reshape(space.nvec.shape)
+        shape = space.nvec.shape if num_envs is None else (num_envs, *space.nvec.shape)
+        return lambda a: (a.astype(np.int64) + start).reshape(shape)
     if isinstance(space, gym.spaces.Box):
         low, high = space.low, space.high
         return lambda a: np.clip(a, low, high).astype(space.dtype)
