@@ -234,4 +234,7 @@ def test_two_recurrent_policies_learn_the_memory_task_while_every_episode_switch
                           "--train_for_seconds=200")
     assert code == 0, summary.get("error")
     assert summary["time_to_target"] is not None, summary  # --target_mean_return: every policy's
-    assert min(p["mean_return"] for p in summary["policies"]) >= 0.85, summary["policies"]
+    # what each policy's window held when the target was met (episodes ending during the stop that
+    # follows still enter it: CI once closed at 0.84 after 0.9 was met)
+    assert min(p["mean_return_at_target"] for p in summary["policies"]) >= 0.9, summary["policies"]
+    assert min(p["mean_return"] for p in summary["policies"]) >= 0.75, summary["policies"]

@@ -265,8 +265,7 @@ class Runner(Component):
         if self.exit_code is None and reached:
             log.info("%s", reached_line(cfg, reached[0]))
             if reached[0] == TARGET:
-                stats.target_reached_at = now
-                stats.mean_return_at_target = stats.mean_return()
+                stats.mark_target_reached(now)
             self.exit_code = EXIT_OK
         if self.exit_code is not None:
             self._shutdown()

@@ -33,6 +33,7 @@ class PolicyStats:
         self.version = 0
         self.learner: dict[str, float] = {}
         self.best_mean_return = float("-inf")
+        self.mean_return_at_target: float | None = None  # this policy's mean when every policy met it
 
     def mean_return(self) -> float | None:
         return float(np.mean(self.returns)) if self.returns else None
@@ -209,6 +210,13 @@ class TrainingStats:
         return all(len(p.returns) >= window and (m := p.mean_return()) is not None and m >= target
                    for p in self.policies)
 
+    def mark_target_reached(self, now: float) -> None:
+        """Keeps the means that met --target_mean_return: the closing window may dip after it."""
+        self.target_reached_at = now
+        self.mean_return_at_target = self.mean_return()
+        for p in self.policies:
+            p.mean_return_at_target = p.mean_return()
+
     def best_mean_return(self) -> float | None:
         """The best policy's best mean return at a checkpoint (what its best.pt holds), None before one."""
         best = self.policies[self.best_policy()].best_mean_return
@@ -269,7 +277,8 @@ class TrainingStats:
         if len(self.policies) == 1:
             return {}
         found = {"best_policy": self.best_policy(), "policies": [
-            {"policy": k, "mean_return": p.mean_return(), "episodes": p.episodes, "policy_version": p.version,
+            {"policy": k, "mean_return": p.mean_return(), "mean_return_at_target": p.mean_return_at_target,
+             "episodes": p.episodes, "policy_version": p.version,
              "samples_trained": p.samples_trained, "best_mean_return": p.best_mean_return,
              "final_learner_stats": dict(p.learner), "episode_metrics": self.metrics.means(k)}
             for k, p in enumerate(self.policies)]}
