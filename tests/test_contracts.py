@@ -136,3 +136,13 @@ def test_every_signal_is_declared_once_with_a_meaning():
     names = [s.name for s in signals.ALL]
     assert len(names) == len(set(names))
     assert all(s.meaning and s.sender and s.receiver for s in signals.ALL)
+
+
+def test_component_processes_carry_short_os_names():
+    """`ps` and psutil tell the components apart by name (Linux keeps 15 characters of it)."""
+    from sf_core.contracts.component import process_title
+
+    assert process_title("rollout_worker_12_proc") == "sf:rw12"
+    assert process_title("inference_worker_p1_0_proc") == "sf:infp1_0"
+    assert process_title("learner_proc") == "sf:learner"
+    assert len(process_title("a_component_with_a_long_name_proc")) == 15

@@ -250,6 +250,28 @@ def configure_process(torch_threads: int) -> None:
     quiet_signal_slot_logs()
 
 
+# what `ps`, `top` and psutil's name() show for a component process: Linux keeps 15 characters
+_SHORT_NAMES = (("rollout_worker_", "rw"), ("inference_worker_", "inf"), ("learner_rank_", "rank"), ("_proc", ""))
+
+
+def process_title(name: str) -> str:
+    """The OS name of the process hosting `name` (e.g. rollout_worker_3_proc -> sf:rw3)."""
+    for long, short in _SHORT_NAMES:
+        name = name.replace(long, short)
+    return f"sf:{name}"[:15]
+
+
+def name_process(name: str) -> None:
+    """Name this process for the OS (Linux prctl PR_SET_NAME), so a user or a chaos test can tell the
+    components apart by name rather than by start order; elsewhere a no-op."""
+    try:
+        prctl = ctypes.CDLL(None).prctl
+    except (OSError, AttributeError):
+        return
+    pr_set_name = 15
+    prctl(pr_set_name, ctypes.c_char_p(process_title(name).encode()), 0, 0, 0)
+
+
 def reuse_freed_memory() -> None:
     """Let glibc keep big freed blocks for the next allocation instead of returning them to the OS.
 
@@ -283,6 +305,7 @@ class ComponentProcess(EventLoopProcess):
 
     def _target(self) -> None:
         configure_process(self.torch_threads)
+        name_process(self.name)
         ParentWatchdog(self.event_loop, f"{self.name}_parent_watchdog")  # the loop keeps it (loop.objects)
         threads = [threading.Thread(target=run_loop, args=(loop, comp), name=comp.name, daemon=True)
                    for loop, comp in self.threads]
