@@ -1,0 +1,281 @@
+"""A chaos soak: train while killing a random component every few seconds, then check what survived.
+
+    python scripts/chaos_soak.py --minutes=10 --kill_every=20 --runs=3 -- --env=CartPole-v1
+
+Each run starts `python -m sf_core.train` with the flags after `--` (plus --train_dir, a frame budget it cannot
+reach and --train_for_seconds=the soak's length) and, every --kill_every seconds, SIGKILLs one component process
+chosen at random among --kinds (found by their OS names: sf:rw0, sf:inf0, sf:learner; see
+sf_core/contracts/component.py, process_title). With --hang, every other fault is a SIGSTOP instead: a hung
+component, which the trainer must find by its heartbeat. Then --baseline_runs runs of the same length without
+faults give the frames/s the soak is compared with.
+
+Per run it reports every fault (what, when, how long until a process of that name served again) and checks:
+the run ended with exit code 0; its final mean return reached --target (default: the env's solved threshold
+where it has one); the frame counter, read live from training_summary.json, never went backwards; and nothing
+was left behind: no process of the trainer's tree, no new /dev/shm entry. The figures go to --output as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+
+import psutil
+
+KINDS = {"rollout_worker": "sf:rw", "inference_worker": "sf:inf", "learner": "sf:learner"}
+SOLVED = {"CartPole-v1": 475.0, "CartPole-v0": 195.0, "Acrobot-v1": -100.0}
+POLL_SEC = 0.25
+
+
+@dataclass
+class Fault:
+    kind: str  # a key of KINDS
+    name: str  # the process's OS name
+    pid: int
+    how: str  # "SIGKILL" or "SIGSTOP"
+    at: float  # seconds after launch
+    served_again_after: float | None = None  # seconds until a new process of that name ran and frames grew
+
+
+@dataclass
+class RunResult:
+    faults: bool
+    exit_code: int | None
+    seconds: float
+    frames: int
+    fps: float
+    mean_return: float | None
+    frames_went_backwards: bool
+    leftover_processes: list[str] = field(default_factory=list)
+    leftover_shm: list[str] = field(default_factory=list)
+    summary_faults: list = field(default_factory=list)  # what the trainer itself recorded
+    injected: list[Fault] = field(default_factory=list)
+
+
+def components(root: psutil.Process) -> dict[str, psutil.Process]:
+    """The trainer's component processes by OS name."""
+    found = {}
+    for child in root.children(recursive=True):
+        try:
+            name = child.name()
+        except psutil.Error:
+            continue
+        if name.startswith("sf:") and child.status() != psutil.STATUS_ZOMBIE:
+            found[name] = child
+    return found
+
+
+def read_summary(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):  # not written yet, or caught mid-replace
+        return {}
+
+
+class Soak:
+    """One run of the trainer, with or without faults, watched every POLL_SEC."""
+
+    def __init__(self, args: argparse.Namespace, trainer_args: list[str], faults: bool, seed: int):
+        self.args, self.faults, self.rng = args, faults, random.Random(seed)
+        self.train_dir = tempfile.mkdtemp(prefix="chaos_soak_")
+        self.summary_path = os.path.join(self.train_dir, "soak", "training_summary.json")
+        self.cmd = [sys.executable, "-m", "sf_core.train", *trainer_args, f"--train_dir={self.train_dir}",
+                    "--experiment=soak", "--train_for_env_steps=100000000000",
+                    f"--train_for_seconds={args.minutes * 60:g}", "--experiment_summaries_interval=1"]
+        self.injected: list[Fault] = []
+        self.stopped: list[psutil.Process] = []  # SIGSTOPped: resumed at the end if the trainer did not kill them
+        self.seen_pids: set[int] = set()
+        self.last_frames = 0
+        self.backwards = False
+
+    def run(self) -> RunResult:
+        shm_before = set(os.listdir("/dev/shm"))
+        started = time.time()
+        proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        root = psutil.Process(proc.pid)
+        next_fault = started + self.args.first_fault
+        deadline = started + self.args.minutes * 60 + self.args.grace
+        try:
+            while proc.poll() is None and time.time() < deadline:
+                time.sleep(POLL_SEC)
+                self.watch(root, time.time() - started)
+                if self.faults and time.time() >= next_fault:
+                    self.inject(root, time.time() - started)
+                    next_fault += self.args.kill_every
+        finally:
+            self.finish(proc)
+        return self.result(proc, started, shm_before)
+
+    def watch(self, root: psutil.Process, now: float) -> None:
+        found = components(root)
+        self.seen_pids.update(p.pid for p in found.values())
+        frames = read_summary(self.summary_path).get("frames") or 0
+        if frames < self.last_frames:
+            self.backwards = True
+        for fault in self.injected:
+            if fault.served_again_after is None and frames > self.last_frames:
+                successor = found.get(fault.name)
+                if successor is not None and successor.pid != fault.pid:
+                    fault.served_again_after = round(now - fault.at, 2)
+        self.last_frames = max(self.last_frames, frames)
+
+    def inject(self, root: psutil.Process, now: float) -> None:
+        found = components(root)
+        kind = self.rng.choice(self.args.kinds)
+        victims = sorted(name for name in found if name.startswith(KINDS[kind]))
+        if not victims:
+            return
+        name = self.rng.choice(victims)
+        victim = found[name]
+        hang = self.args.hang and len(self.injected) % 2 == 1
+        try:
+            victim.send_signal(signal.SIGSTOP if hang else signal.SIGKILL)
+        except psutil.Error:
+            return
+        if hang:
+            self.stopped.append(victim)
+        self.injected.append(Fault(kind, name, victim.pid, "SIGSTOP" if hang else "SIGKILL", round(now, 2)))
+        print(f"  {now:7.1f}s  {self.injected[-1].how} {name} (pid {victim.pid})", flush=True)
+
+    def finish(self, proc: subprocess.Popen) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.stderr = proc.stderr.read() if proc.stderr else ""
+        for p in self.stopped:  # a hung process the trainer never killed would otherwise stay stopped
+            try:
+                p.send_signal(signal.SIGCONT)
+            except psutil.Error:
+                pass
+
+    def result(self, proc: subprocess.Popen, started: float, shm_before: set[str]) -> RunResult:
+        time.sleep(1.0)  # a component's parent watchdog ends it within a second of the trainer
+        leftover = [f"{p.pid} {p.name()}" for p in map(_alive, self.seen_pids) if p is not None]
+        shm = leaked_shm(shm_before)
+        summary = read_summary(self.summary_path)
+        seconds = summary.get("seconds") or (time.time() - started)
+        frames = summary.get("frames") or 0
+        return RunResult(self.faults, proc.returncode, round(seconds, 1), frames, round(frames / seconds, 1),
+                         summary.get("mean_return"), self.backwards, leftover, shm,
+                         summary.get("faults", []), self.injected)
+
+
+def leaked_shm(before: set[str]) -> list[str]:
+    """New /dev/shm entries that stay and that no live process maps: other programs on the machine create
+    and remove their own meanwhile (multiprocessing's semaphores live there for a moment)."""
+    new = set(os.listdir("/dev/shm")) - before
+    if new:
+        time.sleep(2.0)
+        new &= set(os.listdir("/dev/shm"))
+    in_use = set()
+    for pid in psutil.pids() if new else []:
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                maps = f.read()
+            in_use.update(name for name in new if f"/dev/shm/{name}" in maps)
+        except OSError:
+            continue
+    return sorted(new - in_use)
+
+
+def _alive(pid: int) -> psutil.Process | None:
+    try:
+        p = psutil.Process(pid)
+        return p if p.status() != psutil.STATUS_ZOMBIE else None
+    except psutil.Error:
+        return None
+
+
+def verdict(result: RunResult, target: float | None) -> list[str]:
+    """What went wrong in one run (empty: it passed)."""
+    problems = []
+    if result.exit_code != 0:
+        problems.append(f"exit code {result.exit_code}")
+    if target is not None and (result.mean_return is None or result.mean_return < target):
+        problems.append(f"mean return {result.mean_return} < {target:g}")
+    if result.frames_went_backwards:
+        problems.append("the frame counter went backwards")
+    if result.leftover_processes:
+        problems.append(f"processes left: {result.leftover_processes}")
+    if result.leftover_shm:
+        problems.append(f"/dev/shm entries left: {result.leftover_shm}")
+    return problems
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10.0, help="length of each run")
+    parser.add_argument("--kill_every", type=float, default=20.0, help="seconds between faults")
+    parser.add_argument("--first_fault", type=float, default=15.0, help="seconds after launch of the first fault")
+    parser.add_argument("--kinds", default="rollout_worker,inference_worker,learner",
+                        help=f"which components to kill, of {','.join(KINDS)}")
+    parser.add_argument("--hang", action="store_true", help="every other fault a SIGSTOP (a hung component)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--baseline_runs", type=int, default=1, help="runs of the same length without faults")
+    parser.add_argument("--target", type=float, default=None, help="final mean return each run must reach")
+    parser.add_argument("--grace", type=float, default=90.0, help="seconds past --minutes before the run is stopped")
+    parser.add_argument("--output", default="chaos_soak.json")
+    parser.add_argument("trainer_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    args.kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    unknown = [k for k in args.kinds if k not in KINDS]
+    if unknown:
+        parser.error(f"--kinds: unknown {unknown}; choose among {list(KINDS)}")
+    trainer_args = [a for a in args.trainer_args if a != "--"] or ["--env=CartPole-v1"]
+    env = next((a.split("=", 1)[1] for a in trainer_args if a.startswith("--env=")), None)
+    target = args.target if args.target is not None else SOLVED.get(env or "")
+    results = []
+    for k in range(args.runs + args.baseline_runs):
+        with_faults = k < args.runs
+        print(f"run {k + 1}: {'with faults' if with_faults else 'baseline, no faults'}", flush=True)
+        results.append(Soak(args, trainer_args, with_faults, seed=k).run())
+        print(report_line(results[-1], target), flush=True)
+    return summarize(results, target, args.output)
+
+
+def report_line(result: RunResult, target: float | None) -> str:
+    times = [f.served_again_after for f in result.injected if f.served_again_after is not None]
+    problems = verdict(result, target)
+    return (f"  {result.frames:,} frames in {result.seconds:.0f} s ({result.fps:,.0f}/s), mean return "
+            f"{result.mean_return}, {len(result.injected)} faults, served again after "
+            f"{statistics.median(times) if times else '-'} s (median); "
+            + ("passed" if not problems else "FAILED: " + "; ".join(problems)))
+
+
+def summarize(results: list[RunResult], target: float | None, output: str) -> int:
+    soaked = [r for r in results if r.faults]
+    baseline = [r for r in results if not r.faults]
+    ratio = (statistics.median(r.fps for r in soaked) / statistics.median(r.fps for r in baseline)
+             if soaked and baseline else None)
+    recoveries = sorted(f.served_again_after for r in soaked for f in r.injected
+                        if f.served_again_after is not None)
+    never = sum(f.served_again_after is None for r in soaked for f in r.injected)
+    failed = [k for k, r in enumerate(results) if verdict(r, target)]
+    report = {"runs": [asdict(r) for r in results], "fps_ratio_to_baseline": ratio,
+              "served_again_after_median": statistics.median(recoveries) if recoveries else None,
+              "faults_never_served_again": never, "failed_runs": failed, "target": target}
+    with open(output, "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"frames/s with faults / without: {ratio:.2f}" if ratio else "no baseline run")
+    print(f"served again after a fault: median {report['served_again_after_median']} s over "
+          f"{len(recoveries)} faults; {never} not seen serving again; failed runs: {failed or 'none'}")
+    print(f"results: {output}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
