@@ -16,10 +16,15 @@ in other processes, whose steps it does not see, so there every server looks idl
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from sf_core.service.env_pool import Slot
+
+class Slot(Protocol):
+    """What a choice reads of a pool's slot (sf_core/service/env_pool.py's Slot)."""
+
+    address: str
+    uses: int
+    in_flight: int
 
 
 class SlotChoice:
