@@ -120,16 +120,11 @@ class ServiceSetEnv(gym.Wrapper):
             self.services.let_go()
 
 
-def probe_composed_spaces(cfg, registry, named: dict[str, list]) -> tuple[gym.Space, gym.Space]:
-    """Before training on named pools: every address answers and has the capacity listed, and the env
-    being trained, composed once on one slot of each pool, gives the spaces. ServiceConfigError or
-    ServiceError if not."""
+def probe_composed_spaces(cfg, registry, group: PoolGroup) -> tuple[gym.Space, gym.Space]:
+    """Before training on named pools: the env being trained, composed once on one slot of each pool of
+    `group`, gives the spaces; the group is closed afterwards. ServiceError if a slot does not serve."""
     from sf_core.envs.registry import EnvContext
-    from sf_core.service.endpoints import answers_with_capacity
 
-    answers_with_capacity([e for pool in named.values() for e in pool], cfg.env_service_timeout)
-    group = PoolGroup({name: EnvPool([(e.address, i) for e in pool for i in range(e.capacity)], None,
-                                     cfg.env_service_timeout) for name, pool in named.items()})
     try:
         services = ServiceSet(group)
         services.acquire(cfg.env_service_timeout)
