@@ -164,8 +164,9 @@ def test_a_skipped_pool_is_served_in_process_and_the_other_stays_on_its_server(t
     serving = threading.Thread(target=server.serve, daemon=True)
     serving.start()
     try:
-        cfg, _ = parse_args(["--env=SimWithReward-v0", f"--env_service={_pools_file(tmp_path, f'127.0.0.1:{server.port}*2')}",
-                             "--num_workers=1", "--env_service_skip=reward=MockReward-v0", "--env_service_timeout=1"])
+        pools = _pools_file(tmp_path, f"127.0.0.1:{server.port}*2")
+        cfg, _ = parse_args(["--env=SimWithReward-v0", f"--env_service={pools}", "--num_workers=1",
+                             "--env_service_skip=reward=MockReward-v0", "--env_service_timeout=1"])
         registry = registry_snapshot()
         obs_space, _, _ = probe_spaces(cfg, registry)  # 127.0.0.1:1 was never asked: it would not answer
         assert obs_space.shape == (4,)

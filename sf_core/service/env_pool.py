@@ -7,8 +7,9 @@ Every slot is in one state:
                        └──failure (no answer, bad answer, env raised)──> error ──health check answers──> idle
     close: every slot -> stopped
 
-`acquire(timeout)` never blocks longer than its timeout. From the first failure on, a background thread
-health-checks failed slots (each at most every `recheck_interval` seconds: a short `ping`, then a
+`acquire(timeout)` never blocks longer than its timeout; of the idle slots it hands out the one the pool's
+`choice` picks (least-loaded by default: sf_core/service/slot_choice.py). From the first failure on, a
+background thread health-checks failed slots (each at most every `recheck_interval` seconds: a short `ping`, then a
 `restore`) and re-admits those whose server answers again, so no caller waits on a dead server for it.
 A slot that times out on a server that does not answer a quick ping either takes that server's other
 slots down with it: idle ones go to error at once, and the holders of busy ones fail at their next call
