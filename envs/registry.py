@@ -212,13 +212,14 @@ def register_env(name: str, factory: EnvFactory | VectorEnvFactory, vectorized: 
     _REGISTRY.register(name, factory, vectorized)
 
 
-def registry_snapshot(only: str | None = None) -> EnvRegistry:
+def registry_snapshot(only: str | tuple[str, ...] | None = None) -> EnvRegistry:
     """An independent copy: later registrations do not change a run already started. With `only`,
-    just that env's factory (what a run ships to its worker processes)."""
+    just that env's factory, or those envs' (what a run ships to its worker processes)."""
     if only is None:
         return EnvRegistry(_REGISTRY.factories, _REGISTRY.vectorized)
-    return EnvRegistry({only: _REGISTRY.factories[only]} if only in _REGISTRY.factories else {},
-                       _REGISTRY.vectorized & {only})
+    names = {only} if isinstance(only, str) else set(only)
+    return EnvRegistry({name: _REGISTRY.factories[name] for name in names if name in _REGISTRY.factories},
+                       _REGISTRY.vectorized & names)
 
 
 def make_env(name: str, cfg: Config, ctx: EnvContext, registry: EnvRegistry | None = None) -> gym.Env:

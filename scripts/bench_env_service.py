@@ -4,11 +4,15 @@
     python scripts/bench_env_service.py                      # overhead: CartPole-v1, 20k steps each
     python scripts/bench_env_service.py --env=Pendulum-v1 --steps=50000
     python scripts/bench_env_service.py --phase=training [--baseline_repo=../base]   # training on services
+    python scripts/bench_env_service.py --phase=composed       # three services per step: in turn, at once
+    python scripts/bench_env_service.py --phase=least_loaded   # servers of unequal speed: slot choice rules
 
 `--phase=training` trains one rollout worker on env servers for each case of benchlib/service_training.py:
 4 slots of a simulator whose step takes --step_ms (20) on one --parallel=True server, 8 such slots over
 2 servers, and plain CartPole on 4 slots. With --baseline_repo, the same cases run from that checkout
 too (its own servers and trainer), one after the other in the same run, and the ratios are printed.
+
+`--phase=composed` and `--phase=least_loaded` are described in benchlib/service_calls.py.
 
 The overhead phase:
 
@@ -131,23 +135,55 @@ def training_phase(args: argparse.Namespace) -> int:
     return 0 if all(r["status"] == "ok" for r in results) else 1
 
 
+def service_calls_phase(args: argparse.Namespace) -> int:
+    from benchlib.service_calls import composed_phase, least_loaded_phase
+
+    args.python, args.verbose = sys.executable, False
+    with tempfile.TemporaryDirectory(prefix="bench_env_service_") as work_dir:
+        args.work_dir = work_dir
+        results = composed_phase(args) if args.phase == "composed" else least_loaded_phase(args)
+    for r in results:
+        print(json.dumps(r))
+    if args.phase == "composed":
+        fps = {r["env"]: r["fps"] for r in results if r["case"] == "composed_training"}
+        if all(fps.values()):
+            print(f"training: at once {fps['ThreeServices-v1']:,.1f} frames/s, in turn "
+                  f"{fps['ThreeServicesInTurn-v1']:,.1f} frames/s, ratio "
+                  f"{fps['ThreeServices-v1'] / fps['ThreeServicesInTurn-v1']:.2f}")
+        return 0 if all(r.get("status", "ok") == "ok" for r in results) else 1
+    for used, loaded in zip(results[::2], results[1::2]):
+        print(f"least-loaded {loaded['steps_per_s']:,.1f} steps/s, least-used {used['steps_per_s']:,.1f} steps/s, "
+              f"ratio {loaded['steps_per_s'] / used['steps_per_s']:.2f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--phase", choices=("overhead", "training"), default="overhead")
+    p.add_argument("--phase", choices=("overhead", "training", "composed", "least_loaded"), default="overhead")
     p.add_argument("--env", default="CartPole-v1")
     p.add_argument("--steps", type=int, default=20_000)
     p.add_argument("--repeats", type=int, default=5)
     add_bool_argument(p, "pooled", False, "Through PooledEnv (the trainer's path), not RemoteEnv.")
     p.add_argument("--cases", default="slow_4_slots,slow_8_slots_2_servers,cartpole_4_slots",
                    help="training phase: which cases (benchlib/service_training.py)")
-    p.add_argument("--step_ms", type=float, default=20.0, help="training phase: the slow env's step time")
+    p.add_argument("--step_ms", type=float, default=20.0, help="training, composed: the slow env's step time")
     p.add_argument("--baseline_repo", default="", help="training phase: another checkout, run in the same run")
-    p.add_argument("--seconds", type=float, default=20.0, help="training phase: timed window per case")
-    p.add_argument("--warmup", type=float, default=5.0, help="training phase: seconds before the window")
+    p.add_argument("--seconds", type=float, default=20.0, help="training, composed, least_loaded: timed window")
+    p.add_argument("--warmup", type=float, default=5.0, help="training, composed, least_loaded: before the window")
     p.add_argument("--startup_timeout", type=float, default=90.0)
+    p.add_argument("--slots", type=int, default=4, help="composed: slots per pool (the trainer's envs)")
+    p.add_argument("--latency_steps", type=int, default=200, help="composed: steps timed per form")
+    p.add_argument("--fast_ms", type=float, default=10.0, help="least_loaded: the fast server's step time")
+    p.add_argument("--slow_ms", type=float, default=40.0, help="least_loaded: the slow server's step time")
+    p.add_argument("--ll_slots", type=int, default=2, help="least_loaded: slots per server")
+    p.add_argument("--runners", type=int, default=2, help="least_loaded: threads sharing the pool")
+    p.add_argument("--task_steps", type=int, default=20, help="least_loaded: steps per lease of a slot")
+    p.add_argument("--rounds", type=int, default=1, help="least_loaded: each rule this many times, alternating")
     args = p.parse_args(argv)
     if args.phase == "training":
         return training_phase(args)
+    if args.phase in ("composed", "least_loaded"):
+        return service_calls_phase(args)
 
     local = gym.make(args.env)
     local.action_space.seed(0)

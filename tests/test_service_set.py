@@ -119,3 +119,87 @@ def test_training_flags_take_named_pools_with_the_arithmetic(tmp_path):
                     "--num_envs_per_worker=4"])
     with pytest.raises(ConfigError, match="each rollout worker needs at least one slot"):
         parse_args(["--env=SimWithReward-v0", f"--env_service={path}", "--num_workers=5"])
+
+
+def make_mock_reward(name, cfg, ctx):
+    return ObsReward()
+
+
+register_env("MockReward-v0", make_mock_reward)  # module-level factory: it travels to the worker processes
+
+
+def _pools_file(tmp_path, sim: str) -> str:
+    """A sim pool at `sim` and a reward pool at an address nothing listens on (it must never be asked)."""
+    path = tmp_path / "pools.yaml"
+    path.write_text(f"pools:\n  sim: [{sim}]\n  reward: [127.0.0.1:1*2]\n")
+    return str(path)
+
+
+def test_skip_flag_names_pools_of_the_file_each_with_its_env(tmp_path):
+    from sf_core.cli.arguments import parse_args
+    from sf_core.config import ConfigError
+
+    path = _pools_file(tmp_path, "127.0.0.1:5555*2")
+    base = ["--env=SimWithReward-v0", f"--env_service={path}", "--num_workers=1"]
+    cfg, _ = parse_args([*base, "--env_service_skip=reward=MockReward-v0"])
+    assert cfg.num_envs_per_worker == 2  # the arithmetic of the file, skipped pools included
+    for value, message in (("rewrd=MockReward-v0", r"there is no pool 'rewrd' in --env_service \(its pools: sim, "
+                                                    r"reward\)"),
+                           ("reward", "'reward' must be POOL=ENV"),
+                           ("reward=A,reward=B", "names pool 'reward' twice")):
+        with pytest.raises(ConfigError, match=message):
+            parse_args([*base, f"--env_service_skip={value}"])
+    with pytest.raises(ConfigError, match="names pools of an --env_service YAML file"):
+        parse_args(["--env=CartPole-v1", "--env_service=127.0.0.1:5555*2", "--num_workers=1",
+                    "--env_service_skip=reward=MockReward-v0"])
+
+
+def test_a_skipped_pool_is_served_in_process_and_the_other_stays_on_its_server(tmp_path):
+    from sf_core.cli.arguments import parse_args
+    from sf_core.envs.registry import registry_snapshot
+    from sf_core.service.env_server import EnvServer
+    from sf_core.service.training import open_worker_pool, probe_spaces
+
+    server = EnvServer("CartPole-v1", 2)  # the real simulator, on 127.0.0.1
+    serving = threading.Thread(target=server.serve, daemon=True)
+    serving.start()
+    try:
+        pools = _pools_file(tmp_path, f"127.0.0.1:{server.port}*2")
+        cfg, _ = parse_args(["--env=SimWithReward-v0", f"--env_service={pools}", "--num_workers=1",
+                             "--env_service_skip=reward=MockReward-v0", "--env_service_timeout=1"])
+        registry = registry_snapshot()
+        obs_space, _, _ = probe_spaces(cfg, registry)  # 127.0.0.1:1 was never asked: it would not answer
+        assert obs_space.shape == (4,)
+        group = open_worker_pool(cfg, registry, worker=0, seed=0, owner="w0")
+        services = ServiceSet(group)
+        env = ServiceSetEnv(SimWithReward(services.envs), services, acquire_timeout=1.0)
+        try:
+            requests = server.requests
+            env.reset(seed=0)
+            _, reward, *_ = env.step(0)
+            assert 0.0 < reward <= 1.0  # scored by the in-process reward model
+            assert server.requests >= requests + 2  # the sim's reset and step went to its server
+            assert services.envs["sim"].slot.address == f"127.0.0.1:{server.port}"
+            assert services.envs["reward"].slot.address == "skip:MockReward-v0@w0/reward"
+            assert [s.index for s in group.pools["reward"].slots] == [0, 1]  # the worker's share: 2 slots
+        finally:
+            env.close()
+            group.close()
+    finally:
+        server.stop()
+        serving.join(timeout=5)
+        server.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_training_with_the_reward_pool_skipped_and_the_sim_on_its_server(tmp_path):
+    sim = EnvServerProcess(tmp_path, "CartPole-v1", 2).start()
+    try:
+        code, summary = train(tmp_path, "--env=SimWithReward-v0", f"--env_service={_pools_file(tmp_path, sim.spec)}",
+                              "--env_service_skip=reward=MockReward-v0", "--num_workers=1",
+                              "--train_for_env_steps=3000", "--env_service_timeout=1", experiment="skip_reward")
+    finally:
+        sim.kill()
+    assert code == 0, summary.get("error")
+    assert summary["frames"] >= 3000 and summary["slot_faults"] == 0

@@ -83,6 +83,8 @@ class Config:
         "--env names the env they serve. The slots are divided among rollout workers in contiguous slices; "
         "--num_envs_per_worker becomes each worker's share. skip:ENV (ENV = --env) serves each worker's envs "
         "in-process through the same pool and protocol, without sockets. See docs/env_services.md.")
+    env_service_skip: str = flag("", "env", "POOL=ENV,...: pools of the --env_service YAML file that each worker "
+                                 "serves in-process, as skip:ENV does a whole run (e.g. reward=MockReward-v0).")
     env_service_timeout: float = flag(
         5.0, "env", "Seconds an env server may take to answer one request before its slot is marked failed "
         "(the episode on it is dropped and the env moves to another slot).")
@@ -305,12 +307,10 @@ class Config:
     ray_address: str = flag(
         "", "cluster", "Sample on a Ray cluster: auto (the cluster this machine belongs to), HOST:PORT (its head), "
         "or local (start one on this machine). Empty: this machine only, without Ray.")
-    num_samplers: int = flag(
-        0, "cluster", "Sampler actors (each runs the rollout and inference workers these flags describe on "
-        "one node); 0: one per node of the cluster.")
-    shards_in_flight: int = flag(
-        2, "cluster", "Shards (one learner dataset each) a sampler may have ready or under way beyond the one the "
-        "learner trains on: bounds policy lag across nodes.")
+    num_samplers: int = flag(0, "cluster", "Sampler actors (each runs the rollout and inference workers these flags "
+                             "describe on one node); 0: one per node of the cluster.")
+    shards_in_flight: int = flag(2, "cluster", "Shards (one learner dataset each) a sampler may have ready or "
+                                 "under way beyond the one the learner trains on: bounds policy lag across nodes.")
     sampler_cpus: float = flag(1.0, "cluster", "Ray CPUs each sampler reserves (its placement bundle).")
     max_sampler_restarts: int = flag(
         20, "cluster", "Samplers replaced after a crash or a lost node before training stops.")

@@ -41,6 +41,7 @@ from sf_core.run.population import Population
 from sf_core.run.progress import Progress
 from sf_core.run.stats import TrainingStats
 from sf_core.run.stop_conditions import TARGET, already_finished, limits_reached, reached_line
+from sf_core.service import training as services
 from signal_slot.signal_slot import EventLoop, Timer
 
 log = logging.getLogger("sf_core")
@@ -62,7 +63,7 @@ class Runner(Component):
         self.cfg = replace(cfg, seed=self.seed)
         if cfg.with_wandb:  # before config.json is written: it keeps the run id
             self.cfg = wandb_logging.with_run_id(self.cfg, os.path.join(cfg.train_dir, cfg.experiment))
-        self.registry = registry or registry_snapshot(only=cfg.env)
+        self.registry = registry or registry_snapshot(only=(cfg.env, *services.envs_built_in_process(cfg)))
         # --ray_address: serial samplers if asked, never a serial driver (sf_core/cluster/driver.py says why)
         self.serial = cfg.serial_mode and not cfg.ray_address
         self.loop = EventLoop("runner_loop", serial_mode=self.serial)

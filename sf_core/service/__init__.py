@@ -6,6 +6,9 @@ remote_env    the client side: one instance behind a server, as a gymnasium.Env;
 batch_step    several slots stepped at once: one `steps` message per server, replies awaited together
 skip          skip mode (--env_service=skip:ENV): a socketless server in the caller's own process
 env_pool      a rollout worker's or evaluator's slots: health checks, failover, re-admission
+slot_choice   which idle slot a pool hands out: least-loaded (the fewest steps in flight on its server)
+service_set   a composed env's slots, one of each named pool, held and let go of together
+concurrent_calls  a composed env's calls to several services at once (`ctx.services.step({...})`)
 endpoints     --env_service: parsing, probing, and dividing slots among workers
 training      what training asks of the services (the engine's one way in): the served spaces, a rollout
               worker's pool of slots, the slots shared among a cluster's samplers

@@ -66,6 +66,9 @@ class BatchStepper:
                 for index, e in mine:
                     results[e] = envs[e]._lose(exc)
                     del waiting[(address, index)]
+                continue
+            for _, e in mine:  # the servers' load, as the pool sees it (sf_core/service/slot_choice.py)
+                envs[e].slot.in_flight += 1
         self._collect(envs, request_id, waiting, results, autoreset)
         assert all(r is not None for r in results), "every env gets a result or its SlotLost"
         return results  # type: ignore[return-value]
@@ -88,6 +91,7 @@ class BatchStepper:
             self._wait_any(waiting, remaining)
         for (address, index), e in list(waiting.items()):  # no answer in time: those slots are lost
             self.channels[address].reset_socket()
+            envs[e].slot.in_flight -= 1
             results[e] = envs[e]._lose(ServiceTimeout(f"{address} did not answer 'steps' for slot {index} "
                                                       f"within {self.timeout:g}s"))
 
@@ -111,6 +115,7 @@ class BatchStepper:
         if e is None:
             return False  # a late answer to an earlier request that gave up on it
         env = envs[e]
+        env.slot.in_flight -= 1
         if header.get("ok") is not True:
             results[e] = env._lose(ServiceError(f"{address}: {header.get('error', 'error without a message')}"))
             return True

@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass
 
 from sf_core.config import Config, ConfigError, register_check
-from sf_core.service.skip import SkipModeError, is_skip, skip_env
+from sf_core.service.skip import SkipModeError, is_skip, skip_env, skipped_pools
 
 
 class ServiceConfigError(ValueError):
@@ -246,6 +246,20 @@ def check_skip(value: str, env: str) -> None:
                                  f"the env being trained: --env_service=skip:{env}")
 
 
+def skipped_named_pools(value: str, skip: str) -> dict[str, str]:
+    """The pools of --env_service=value that --env_service_skip=skip serves in-process: {pool: env}."""
+    if not skip:
+        return {}
+    named = parse_pools(value) if value else None
+    if named is None:
+        raise ServiceConfigError(f"--env_service_skip={skip} names pools of an --env_service YAML file with "
+                                 f"'pools:'; to serve a whole run in-process, use --env_service=skip:ENV")
+    try:
+        return skipped_pools(skip, list(named))
+    except SkipModeError as exc:
+        raise ServiceConfigError(str(exc)) from None
+
+
 def probe(endpoints: list[Endpoint], timeout: float) -> tuple[dict[str, dict], list[str]]:
     """Ask every address what it serves: {address: its hello (env, capacity, spaces)}, and a description
     of each address that did not answer within `timeout`."""
@@ -300,6 +314,9 @@ def check_training_flags(cfg: Config) -> None:
     """The trainer's --env_service flags: the endpoints parse, each worker's share of their slots is
     --num_envs_per_worker, and a server may not take as long as a heartbeat."""
     if not cfg.env_service:
+        if cfg.env_service_skip:
+            raise ConfigError(f"--env_service_skip={cfg.env_service_skip} needs --env_service (a YAML file of "
+                              f"named pools)")
         return
     if cfg.eval_every_env_steps:
         raise ConfigError("--eval_every_env_steps does not work with --env_service: the evaluator would build its env "
@@ -314,6 +331,7 @@ def check_training_flags(cfg: Config) -> None:
                           f"--heartbeat_timeout={cfg.heartbeat_timeout:g}: a worker waiting on a server "
                           f"that long would be reported as stalled")
     try:
+        skipped_named_pools("" if is_skip(cfg.env_service) else cfg.env_service, cfg.env_service_skip)
         if is_skip(cfg.env_service):
             check_skip(cfg.env_service, cfg.env)
             return

@@ -7,8 +7,9 @@ Every slot is in one state:
                        └──failure (no answer, bad answer, env raised)──> error ──health check answers──> idle
     close: every slot -> stopped
 
-`acquire(timeout)` never blocks longer than its timeout. From the first failure on, a background thread
-health-checks failed slots (each at most every `recheck_interval` seconds: a short `ping`, then a
+`acquire(timeout)` never blocks longer than its timeout; of the idle slots it hands out the one the pool's
+`choice` picks (least-loaded by default: sf_core/service/slot_choice.py). From the first failure on, a
+background thread health-checks failed slots (each at most every `recheck_interval` seconds: a short `ping`, then a
 `restore`) and re-admits those whose server answers again, so no caller waits on a dead server for it.
 A slot that times out on a server that does not answer a quick ping either takes that server's other
 slots down with it: idle ones go to error at once, and the holders of busy ones fail at their next call
@@ -29,6 +30,7 @@ from typing import Any, Callable
 import gymnasium as gym
 
 from sf_core.service.protocol import space_from_json
+from sf_core.service.slot_choice import LeastLoaded, SlotChoice
 from sf_core.service.remote_env import (
     EnvClient,
     RemoteEnv,
@@ -69,6 +71,7 @@ class Slot:
     checking: bool = False
     suspect: bool = False  # its server timed out on another slot: fail fast instead of waiting again
     uses: int = field(default=0)
+    in_flight: int = 0  # requests sent to it and not yet answered (sf_core/service/slot_choice.py)
 
     @property
     def name(self) -> str:
@@ -77,10 +80,11 @@ class Slot:
 
 class EnvPool:
     def __init__(self, slots: list[tuple[str, int]], env_name: str | None = None, timeout: float = 5.0,
-                 recheck_interval: float = 1.0):
+                 recheck_interval: float = 1.0, choice: SlotChoice | None = None):
         if not slots:
             raise ValueError("an env pool needs at least one slot")
         self.slots = [Slot(address, index) for address, index in slots]
+        self.choice = choice or LeastLoaded()  # which idle slot goes out next
         self.env_name, self.timeout, self.recheck_interval = env_name, timeout, recheck_interval
         self.description: dict | None = None  # the first server's hello: every slot must match it
         self.cond = threading.Condition()
@@ -159,7 +163,7 @@ class EnvPool:
             return None  # a slot not tried yet will come free: wait for it
         if not idle:
             return None
-        slot = min(preferred or idle, key=lambda s: s.uses)  # spread work over the slots
+        slot = self.choice.pick(preferred or idle, self.slots)
         slot.state = SlotState.BUSY
         slot.uses += 1
         return slot
@@ -329,7 +333,7 @@ class PooledEnv(gym.Env):
                 self.slot = self.pool.acquire(max(0.0, deadline - time.monotonic()), self.avoid)
             try:
                 self._check_suspect()
-                return self.pool._connect(self.slot).reset(seed=seed, options=options)
+                return in_flight(self.slot, self.pool._connect(self.slot).reset, seed=seed, options=options)
             except ServiceError as exc:
                 lost = self._lose(exc)
                 if time.monotonic() >= deadline:
@@ -340,7 +344,7 @@ class PooledEnv(gym.Env):
             raise SlotLost("this env lost its slot: call reset() to continue on another one")
         try:
             self._check_suspect()
-            return self.slot.env.step(action)
+            return in_flight(self.slot, self.slot.env.step, action)
         except ServiceError as exc:
             raise self._lose(exc) from exc
 
@@ -352,6 +356,15 @@ class PooledEnv(gym.Env):
         if self.slot is not None:
             slot, self.slot = self.slot, None
             self.pool.release(slot, restore=True)
+
+
+def in_flight(slot: Slot, call: Callable, *args: Any, **kwargs: Any) -> Any:
+    """`call` counted as a request in flight on `slot` while it runs (its server's load)."""
+    slot.in_flight += 1
+    try:
+        return call(*args, **kwargs)
+    finally:
+        slot.in_flight -= 1
 
 
 def server_answers(address: str) -> bool:

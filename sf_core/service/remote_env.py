@@ -72,6 +72,8 @@ class EnvClient:
     def __init__(self, address: str, timeout: float = 5.0, max_bytes: int = 64 << 20):
         self.address, self.timeout, self.max_bytes = address, timeout, max_bytes
         self.socket: zmq.Socket | None = None
+        self.pending_cmd: str | None = None  # what the request out is, for a timeout's message
+        self.answer: list | None = None  # an in-process server's answer (skip mode), until `receive`
 
     def _socket(self) -> zmq.Socket:
         import zmq
@@ -86,23 +88,40 @@ class EnvClient:
     def request(self, header: dict, arrays: list[np.ndarray] = (), timeout: float | None = None
                 ) -> tuple[dict, list[np.ndarray]]:
         """Send one request and wait for its reply; ServiceError (ServiceTimeout) on failure."""
+        self.send(header, arrays)
+        return self.receive(timeout)
+
+    def send(self, header: dict, arrays: list[np.ndarray] = ()) -> None:
+        """The first half of `request`: the request goes out, and `receive` waits for its answer. Several
+        clients' requests can so be out at once (sf_core/service/concurrent_calls.py)."""
+        self.pending_cmd = header.get("cmd")
         if is_skip(self.address):  # an in-process server: the same messages, handed over without a socket
-            return check_reply(self.address, in_process_server(self.address).handle(pack(header, arrays)),
-                               self.max_bytes)
+            self.answer = in_process_server(self.address).handle(pack(header, arrays))
+            return
         import zmq
 
-        sock = self._socket()
+        try:  # a REQ socket queues the request even before it connects: NOBLOCK fails only on a full pipe
+            self._socket().send_multipart(pack(header, arrays), flags=zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            self.reset_socket()
+            raise ServiceError(f"{self.address}: {exc}") from None
+
+    def receive(self, timeout: float | None = None) -> tuple[dict, list[np.ndarray]]:
+        """The answer to the request `send` sent, within `timeout` (default: the client's) of now."""
+        if self.answer is not None:
+            frames, self.answer = self.answer, None
+            return check_reply(self.address, frames, self.max_bytes)
+        import zmq
+
         timeout_ms = int(1000 * (self.timeout if timeout is None else timeout))
         try:
-            # a REQ socket queues the request even before it connects: NOBLOCK fails only on a full pipe
-            sock.send_multipart(pack(header, arrays), flags=zmq.NOBLOCK)
-            if not sock.poll(timeout_ms, zmq.POLLIN):
+            if self.socket is None or not self.socket.poll(timeout_ms, zmq.POLLIN):
                 raise zmq.Again()
-            frames = sock.recv_multipart()  # copying is cheaper than zero-copy frames for small messages
+            frames = self.socket.recv_multipart()  # copying is cheaper than zero-copy frames for small messages
         except zmq.ZMQError as exc:
             self.reset_socket()
             if isinstance(exc, zmq.Again):
-                raise ServiceTimeout(f"{self.address} did not answer {header.get('cmd')!r} within "
+                raise ServiceTimeout(f"{self.address} did not answer {self.pending_cmd!r} within "
                                      f"{timeout_ms / 1000:g}s") from None
             raise ServiceError(f"{self.address}: {exc}") from None
         return check_reply(self.address, frames, self.max_bytes)
@@ -225,12 +244,22 @@ class RemoteEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
         super().reset(seed=seed)  # the client's own RNG (gymnasium's contract); the env's is on the server
-        reply, arrays = self.client.request({"cmd": "reset", "slot": self.slot, "seed": seed, "options": options})
-        return self._obs(arrays), reply.get("info", {})
+        return self.reset_reply(*self.client.request(*self.reset_request(seed, options)))
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
-        reply, arrays = self.client.request({"cmd": "step", "slot": self.slot},
-                                            [space_array(self.action_space, action)])
+        return self.step_reply(*self.client.request(*self.step_request(action)))
+
+    # each call as its request and the reading of its reply, so that calls to several servers can be out at once
+    def reset_request(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, list]:
+        return {"cmd": "reset", "slot": self.slot, "seed": seed, "options": options}, []
+
+    def reset_reply(self, reply: dict, arrays: list[np.ndarray]) -> tuple[Any, dict]:
+        return self._obs(arrays), reply.get("info", {})
+
+    def step_request(self, action: Any) -> tuple[dict, list]:
+        return {"cmd": "step", "slot": self.slot}, [space_array(self.action_space, action)]
+
+    def step_reply(self, reply: dict, arrays: list[np.ndarray]) -> tuple[Any, float, bool, bool, dict]:
         return (self._obs(arrays), float(reply["reward"]), bool(reply["terminated"]), bool(reply["truncated"]),
                 reply.get("info", {}))
 

@@ -3,7 +3,8 @@
 With `--env_service=pools.yaml` naming pools (say `sim` and `reward`), the env being trained is a
 composition the user registers: its factory gets `ctx.services`, one `gymnasium.Env` per pool, each on
 a slot of that pool, and returns the env the policy acts in (for example the simulator's env whose
-reward comes from the reward service). A rollout worker gets a contiguous slice of every pool
+reward comes from the reward service). `ctx.services.step({...})` calls several of them at once
+(sf_core/service/concurrent_calls.py). A rollout worker gets a contiguous slice of every pool
 (sf_core/service/endpoints.py) and builds each of its envs on a `ServiceSet`:
 
 - the set's slots are acquired all-or-none, with a timeout: a set never holds one slot while it waits
@@ -22,6 +23,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from sf_core.service.concurrent_calls import Services
 from sf_core.service.env_pool import EnvPool, PooledEnv, PoolTimeout, SlotLost, SlotState
 from sf_core.service.remote_env import ServiceError
 
@@ -58,7 +60,7 @@ class ServiceSet:
     """One slot of each pool, held together by one env."""
 
     def __init__(self, group: PoolGroup):
-        self.envs = {name: PooledEnv(pool, acquire_timeout=0.0) for name, pool in group.pools.items()}
+        self.envs = Services({name: PooledEnv(pool, acquire_timeout=0.0) for name, pool in group.pools.items()})
 
     def held(self) -> bool:
         return all(env.slot is not None for env in self.envs.values())
@@ -118,16 +120,11 @@ class ServiceSetEnv(gym.Wrapper):
             self.services.let_go()
 
 
-def probe_composed_spaces(cfg, registry, named: dict[str, list]) -> tuple[gym.Space, gym.Space]:
-    """Before training on named pools: every address answers and has the capacity listed, and the env
-    being trained, composed once on one slot of each pool, gives the spaces. ServiceConfigError or
-    ServiceError if not."""
+def probe_composed_spaces(cfg, registry, group: PoolGroup) -> tuple[gym.Space, gym.Space]:
+    """Before training on named pools: the env being trained, composed once on one slot of each pool of
+    `group`, gives the spaces; the group is closed afterwards. ServiceError if a slot does not serve."""
     from sf_core.envs.registry import EnvContext
-    from sf_core.service.endpoints import answers_with_capacity
 
-    answers_with_capacity([e for pool in named.values() for e in pool], cfg.env_service_timeout)
-    group = PoolGroup({name: EnvPool([(e.address, i) for e in pool for i in range(e.capacity)], None,
-                                     cfg.env_service_timeout) for name, pool in named.items()})
     try:
         services = ServiceSet(group)
         services.acquire(cfg.env_service_timeout)

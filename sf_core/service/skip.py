@@ -5,6 +5,9 @@ Each process that uses the address builds its own `EnvServer` without a socket a
 clients (`EnvClient`, `ServerChannel`) hand it the very messages they would send over ZeroMQ and read its
 replies. A pipeline written for a rack of simulators can so be tested on a laptop, failure paths
 included, before any server exists; only the sockets, and their latency, are missing.
+
+With named pools, `--env_service_skip=POOL=ENV,...` does the same for some pools only (mock the reward
+service, keep the simulator real): each rollout worker serves its share of those pools in-process.
 """
 
 from __future__ import annotations
@@ -38,6 +41,24 @@ def skip_env(value: str) -> str:
         raise SkipModeError(f"--env_service={value}: skip mode takes one env name and nothing else, "
                             f"e.g. --env_service=skip:CartPole-v1 (each worker serves its own envs in-process)")
     return env
+
+
+def skipped_pools(value: str, pools: list[str]) -> dict[str, str]:
+    """`--env_service_skip=POOL=ENV,...`: which of the named `pools` are served in-process, and the env each
+    serves there. SkipModeError for a pool that is not one of them, an entry without its env, or a pool twice."""
+    skipped: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        pool, equals, env = (part.strip() for part in item.partition("="))
+        if not equals or not pool or not env:
+            raise SkipModeError(f"--env_service_skip={value}: {item!r} must be POOL=ENV, the pool and the env it "
+                                f"serves in-process (e.g. reward=MockReward-v0)")
+        if pool not in pools:
+            raise SkipModeError(f"--env_service_skip={value}: there is no pool {pool!r} in --env_service "
+                                f"(its pools: {', '.join(pools)})")
+        if pool in skipped:
+            raise SkipModeError(f"--env_service_skip={value} names pool {pool!r} twice")
+        skipped[pool] = env
+    return skipped
 
 
 def serve_in_process(env: str, capacity: int, seed: int = 0, cfg=None, registry=None, owner: str = "") -> str:

@@ -9,10 +9,10 @@ from dataclasses import replace
 
 import gymnasium as gym
 
-from sf_core.envs.registry import EnvRegistry
+from sf_core.envs.registry import EnvNotFoundError, EnvRegistry
 from sf_core.config import Config, ConfigError
-from sf_core.service.endpoints import (ServiceConfigError, check_training_endpoints, parse_pools, parse_service,
-                                       training_share, worker_slice)
+from sf_core.service.endpoints import (Endpoint, ServiceConfigError, answers_with_capacity, check_training_endpoints,
+                                       parse_pools, parse_service, skipped_named_pools, training_share, worker_slice)
 from sf_core.service.env_pool import EnvPool
 from sf_core.service.protocol import ServiceError, space_from_json
 from sf_core.service.remote_env import EnvClient, close_context, hello
@@ -39,7 +39,7 @@ def probe_spaces(cfg: Config, registry: EnvRegistry) -> tuple[gym.Space, gym.Spa
     try:
         named = parse_pools(cfg.env_service)
         if named is not None:  # the env is composed from one slot of each pool: built once here
-            obs_space, action_space = probe_composed_spaces(cfg, registry, named)
+            obs_space, action_space = probe_composed_spaces(cfg, registry, _probe_group(cfg, registry, named))
             return obs_space, action_space, 1
         d = check_training_endpoints(parse_service(cfg.env_service), cfg.env, cfg.env_service_timeout)
     except (ServiceConfigError, ServiceError) as exc:
@@ -60,17 +60,20 @@ def open_worker_pool(cfg: Config, registry: EnvRegistry, worker: int, seed: int,
     workers, me = cfg.num_workers * samplers, index * cfg.num_workers + worker
     pool: EnvPool | PoolGroup
     if is_skip(cfg.env_service):  # this worker's own envs, served in-process without sockets
-        address = serve_in_process(cfg.env, cfg.num_envs_per_worker, seed + 10_007 * worker, cfg, registry,
-                                   owner=owner)
-        mine = [f"{address}#{i}" for i in range(cfg.num_envs_per_worker)]
-        pool = _env_pool(cfg, [(address, i) for i in range(cfg.num_envs_per_worker)], cfg.env)
-        pool.on_close = lambda: stop_in_process(address)
+        pool = _in_process_pool(cfg, registry, cfg.env, cfg.num_envs_per_worker, seed + 10_007 * worker, owner)
+        mine = [s.name for s in pool.slots]
     elif (named := parse_pools(cfg.env_service)) is not None:  # one slot of every pool per env (service_set.py)
+        skipped = skipped_named_pools(cfg.env_service, cfg.env_service_skip)
         pools, mine = {}, []
         for name, endpoints in named.items():
             sliced = worker_slice(endpoints, workers, me)
-            pools[name] = _env_pool(cfg, [(f"{s.host}:{s.port}", s.index) for s in sliced], None)
-            mine += [f"{name}: {s}" for s in sliced]
+            if name in skipped:  # this worker's share of the pool, served in-process (--env_service_skip)
+                pools[name] = _in_process_pool(cfg, registry, skipped[name], len(sliced), seed + 10_007 * worker,
+                                               f"{owner}/{name}")
+                mine += [f"{name}: {s.name}" for s in pools[name].slots]
+            else:
+                pools[name] = _env_pool(cfg, [(f"{s.host}:{s.port}", s.index) for s in sliced], None)
+                mine += [f"{name}: {s}" for s in sliced]
         pool = PoolGroup(pools)
     else:
         sliced = worker_slice(parse_service(cfg.env_service), workers, me)
@@ -83,6 +86,45 @@ def open_worker_pool(cfg: Config, registry: EnvRegistry, worker: int, seed: int,
 
 def _env_pool(cfg: Config, slots: list[tuple[str, int]], env: str | None) -> EnvPool:
     return EnvPool(slots, env, cfg.env_service_timeout, cfg.env_service_recheck_interval)
+
+
+def envs_built_in_process(cfg: Config) -> tuple[str, ...]:
+    """The envs a run's rollout workers build from the registry besides --env: those of the pools
+    --env_service_skip serves in-process (their factories travel to the workers with --env's)."""
+    if not cfg.env_service or not cfg.env_service_skip or is_skip(cfg.env_service):
+        return ()
+    return tuple(skipped_named_pools(cfg.env_service, cfg.env_service_skip).values())
+
+
+def _in_process_pool(cfg: Config, registry: EnvRegistry, env: str, capacity: int, seed: int, owner: str) -> EnvPool:
+    """`capacity` instances of `env` on a socketless server of this process (skip mode), as a pool that
+    stops the server when it closes."""
+    try:
+        address = serve_in_process(env, capacity, seed, cfg, registry, owner=owner)
+    except EnvNotFoundError as exc:
+        raise ServiceConfigError(f"--env_service_skip serves {env!r} in-process, which this process cannot "
+                                 f"build: {exc}") from None
+    pool = _env_pool(cfg, [(address, i) for i in range(capacity)], env)
+    pool.on_close = lambda: stop_in_process(address)
+    return pool
+
+
+def _probe_group(cfg: Config, registry: EnvRegistry, named: dict[str, list[Endpoint]]) -> PoolGroup:
+    """Every slot of the named pools, for composing the env once before training: each address must answer
+    with the capacity listed, except those of pools --env_service_skip serves in-process (one instance here)."""
+    skipped = skipped_named_pools(cfg.env_service, cfg.env_service_skip)
+    answers_with_capacity([e for name, pool in named.items() if name not in skipped for e in pool],
+                          cfg.env_service_timeout)
+    pools: dict[str, EnvPool] = {}
+    try:
+        for name, endpoints in named.items():
+            pools[name] = (_in_process_pool(cfg, registry, skipped[name], 1, cfg.seed, f"probe/{name}")
+                           if name in skipped else
+                           _env_pool(cfg, [(e.address, i) for e in endpoints for i in range(e.capacity)], None))
+    except ServiceConfigError:
+        PoolGroup(pools).close()
+        raise
+    return PoolGroup(pools)
 
 
 def share_among_samplers(cfg: Config, samplers: int) -> Config:
