@@ -184,7 +184,11 @@ def main(argv: list[str] | None = None) -> int:
         return training_phase(args)
     if args.phase in ("composed", "least_loaded"):
         return service_calls_phase(args)
+    return overhead_phase(args)
 
+
+def overhead_phase(args: argparse.Namespace) -> int:
+    """One env in process against the same env behind a server, and the bare transport's round trips."""
     local = gym.make(args.env)
     local.action_space.seed(0)
     actions = [local.action_space.sample() for _ in range(args.steps)]

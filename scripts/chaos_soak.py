@@ -31,6 +31,9 @@ from dataclasses import asdict, dataclass, field
 
 import psutil
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from sf_core.cli.arguments import add_bool_argument  # noqa: E402
+
 KINDS = {"rollout_worker": "sf:rw", "inference_worker": "sf:inf", "learner": "sf:learner"}
 SOLVED = {"CartPole-v1": 475.0, "CartPole-v0": 195.0, "Acrobot-v1": -100.0}
 POLL_SEC = 0.25
@@ -223,7 +226,7 @@ def main() -> int:
     parser.add_argument("--first_fault", type=float, default=15.0, help="seconds after launch of the first fault")
     parser.add_argument("--kinds", default="rollout_worker,inference_worker,learner",
                         help=f"which components to kill, of {','.join(KINDS)}")
-    parser.add_argument("--hang", action="store_true", help="every other fault a SIGSTOP (a hung component)")
+    add_bool_argument(parser, "hang", False, "every other fault a SIGSTOP (a hung component)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--baseline_runs", type=int, default=1, help="runs of the same length without faults")
     parser.add_argument("--target", type=float, default=None, help="final mean return each run must reach")
