@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from sf_core.cli.arguments import parse_args
+from sf_core.config import ConfigError
 from sf_core.cli.fleet import main as fleet_main
 from sf_core.service.capacity import plan_capacity
 from sf_core.service.endpoints import parse_pools, parse_service, service_capacity, worker_slice
@@ -131,7 +132,7 @@ def test_a_fleet_of_one_service_is_its_endpoints_with_spare_slots(tmp_path):
     ("command: serve --port={port} --gpu={device}\n    port: 7000", "command uses {device}; it may use {port}"),
     ("endpoints: [10.0.0.7:5555*0]", "capacity of 10.0.0.7:5555 must be at least 1, got 0"),
     ("endpoints: [10.0.0.7:5555*2]\n    port: 7000", "a remote service (endpoints) is started elsewhere; port"),
-    ("env: CartPole-v1\n    skip: true\n    port: 7000", "a skipped service names its env and nothing that starts"),
+    ("command: serve {port}\n    skip: true\n    port: 7000", "a skipped service is built in-process from its env"),
 ])
 def test_bad_fleet_files_are_explained(tmp_path, service, message):
     path = tmp_path / "fleet.yaml"
@@ -169,6 +170,21 @@ def test_fleet_up_refuses_a_bad_file_in_one_line_before_starting_anything(tmp_pa
     assert not (tmp_path / "fleet.run").exists()  # nothing started, nothing written
 
 
+def test_skipped_services_are_evaluated_in_process_and_refused_by_training(tmp_path, capsys):
+    """A fleet whose every service has skip: true evaluates on in-process envs (nothing is contacted);
+    training refuses a fleet with a skipped service in one line."""
+    import sf_core.evaluate
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text("services:\n  cartpole: {env: CartPole-v1, port: 7000, concurrency: 2, skip: true}\n")
+    (tmp_path / "tasks.jsonl").write_text('{"id": "a", "env": "CartPole-v1", "seed": 1}\n')
+    assert sf_core.evaluate.main([f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={path}", "--num_workers=0",
+                                  f"--output={tmp_path / 'out.jsonl'}"]) == 0
+    assert (tmp_path / "out" / "a" / "result.json").exists() and "local:CartPole-v1" in (tmp_path / "out.jsonl").read_text()
+    with pytest.raises(ConfigError, match="service cartpole has skip: true"):
+        parse_args(["--env=CartPole-v1", f"--env_service={path}", "--num_workers=2"])
+
+
 # ------------------------------------------------------------------ processes (slow)
 
 
@@ -179,7 +195,8 @@ def test_fleet_up_status_down_leaves_no_process_and_no_port(tmp_path):
     the arithmetic; status shows every slot; down, from another process, stops them all and frees every port."""
     base = free_ports(30)
     path = tmp_path / "fleet.yaml"
-    path.write_text(THREE.format(p0=base, p1=base + 10, p2=base + 20, python=sys.executable))
+    path.write_text(THREE.format(p0=base, p1=base + 10, p2=base + 20, python=sys.executable)
+                    + f"  mock:\n    env: CartPole-v1\n    concurrency: 4\n    port: {base + 29}\n    skip: true\n")
     ports = [base, base + 1, base + 10, base + 11, base + 20, base + 21]
     try:
         up = fleet("up", str(path))
@@ -191,6 +208,7 @@ def test_fleet_up_status_down_leaves_no_process_and_no_port(tmp_path):
             0: [f"127.0.0.1:{base + 20}#0", f"127.0.0.1:{base + 20}#1"],
             1: [f"127.0.0.1:{base + 21}#0", f"127.0.0.1:{base + 21}#1"]}
         assert len(servers_on(ports)) >= 6 and not any(bindable(p) for p in ports)
+        assert "skipped: mock (not started" in up.stdout and bindable(base + 29)  # skip: true is not started
         status = fleet("status", str(path))
         assert status.returncode == 0, status.stdout + status.stderr
         assert f"physics 127.0.0.1:{base + 21}: pid" in status.stdout and "slots: #0 ok, #1 ok" in status.stdout

@@ -113,6 +113,11 @@ def service_capacity(value: str, workers: int) -> CapacityPlan:
     return plan_capacity(named if named is not None else {"": parse_service(value)}, workers)
 
 
+def fleet_skipped(value: str) -> dict[str, str]:
+    """The services a fleet file marks `skip: true`, {service: env}; {} for any other value."""
+    return load_fleet(value.strip()).skipped() if is_fleet_file(value) else {}
+
+
 def fleet_workers(value: str) -> int | None:
     """The rollout workers a fleet file is sized for (its `workers:`), None for any other value."""
     try:
@@ -250,6 +255,11 @@ def check_training_flags(cfg: Config) -> None:
             check_skip(cfg.env_service, cfg.env)
             return
         share, arithmetic = training_share(cfg.env_service, cfg.num_workers)
+        if skipped := fleet_skipped(cfg.env_service):
+            raise ServiceConfigError(
+                f"--env_service={cfg.env_service}: training does not serve a fleet's skipped services in-process "
+                f"(service {', '.join(skipped)} has skip: true); start it (skip: false), or train a whole run "
+                f"in-process with --env_service=skip:ENV")
     except ServiceConfigError as exc:
         raise ConfigError(str(exc)) from None
     if cfg.num_envs_per_worker != share:  # parse_args sets it; a Config built in Python may not

@@ -13,7 +13,8 @@
         endpoints: [10.0.0.7:5555*4, 10.0.0.8:5555*4]   # remote: started elsewhere, as in --env_service
       reward:
         env: RewardModel-v0
-        skip: true                # not started: the run serves it in-process
+        port: 7000
+        skip: true                # described as if it ran, not started: the run serves it in-process
 
 A local service runs containers × replicas servers (a container is a group of replicas, one per GPU when
 `gpus` is given: its servers see only that GPU), each with `concurrency` slots. `python -m sf_core.fleet`
@@ -87,7 +88,7 @@ class Service:
 
     @property
     def local(self) -> bool:
-        return not self.remote and not self.skip
+        return not self.remote
 
     def servers(self) -> list[Server]:
         """Container-major: container 0's replicas, then container 1's; ports and seeds follow that order."""
@@ -106,13 +107,12 @@ class Service:
 
     def deployment(self) -> str:
         """How it is deployed, in words: `2 containers × 2 replicas × 4 concurrency`, remote, skipped."""
-        if self.skip:
-            return "skipped: served in-process by the run"
         if self.remote:
             return "remote"
         where = f"GPUs {', '.join(str(g) for g in self.gpus)}" if self.gpus[0] is not None else "local"
         return (f"{len(self.gpus)} container{'s' if len(self.gpus) > 1 else ''} × {self.replicas} "
-                f"replica{'s' if self.replicas > 1 else ''} × {self.concurrency} concurrency, {where}")
+                f"replica{'s' if self.replicas > 1 else ''} × {self.concurrency} concurrency, {where}"
+                + (", skipped (not started)" if self.skip else ""))
 
     def argv(self, server: Server) -> list[str]:
         """The command line that starts `server`."""
@@ -135,11 +135,16 @@ class Fleet:
     run_dir: str = field(default="")
 
     def pools(self) -> dict[str, list[Endpoint]]:
-        """The endpoints of every service that is not skipped, by service name."""
-        return {name: s.endpoints() for name, s in self.services.items() if not s.skip}
+        """The endpoints of every service by name; a skipped service's too: they size its share."""
+        return {name: s.endpoints() for name, s in self.services.items()}
 
     def servers(self) -> list[Server]:
-        return [server for s in self.services.values() for server in s.servers()]
+        """The servers `up` starts: those of every local service that is not skipped."""
+        return [server for s in self.services.values() if not s.skip for server in s.servers()]
+
+    def skipped(self) -> dict[str, str]:
+        """The skipped services' envs, by service name: what a run serves in-process instead."""
+        return {name: s.env for name, s in self.services.items() if s.skip and s.env}
 
 
 def read_yaml(path: str):
@@ -213,15 +218,9 @@ def _service(name: str, spec, where: str) -> Service:
         raise FleetError(f"{where}: skip must be true or false, got {skip!r}")
     if "endpoints" in spec:
         return _remote(name, spec, skip, where)
-    if skip:
-        extra = [key for key in ("command", "containers", "gpus", "replicas", "host", "port", "parallel", "args")
-                 if key in spec]
-        if extra or not isinstance(spec.get("env"), str):
-            raise FleetError(f"{where}: a skipped service names its env and nothing that starts a server "
-                             f"({', '.join(extra) or 'env is missing'}): the run builds it in-process")
-        return Service(name, env=spec["env"], env_module=str(spec.get("env_module") or ""),
-                       concurrency=_positive(spec.get("concurrency", 1), f"{where}: concurrency"), skip=True)
-    return _local(name, spec, where)
+    if skip and not isinstance(spec.get("env"), str):
+        raise FleetError(f"{where}: a skipped service is built in-process from its env: give env: NAME")
+    return _local(name, spec, skip, where)
 
 
 def _remote(name: str, spec: dict, skip: bool, where: str) -> Service:
@@ -248,7 +247,7 @@ def _as_fleet_error(fn, *args):
         raise FleetError(str(exc)) from None
 
 
-def _local(name: str, spec: dict, where: str) -> Service:
+def _local(name: str, spec: dict, skip: bool, where: str) -> Service:
     env, command = spec.get("env"), spec.get("command")
     if env is None and command is None:
         raise FleetError(f"{where}: give the env it serves (env: NAME) or the command that starts a server "
@@ -272,7 +271,7 @@ def _local(name: str, spec: dict, where: str) -> Service:
         raise FleetError(f"{where}: seed must be a non-negative integer and parallel true or false")
     return Service(name, env=env, command=command, env_module=str(spec.get("env_module") or ""), gpus=gpus,
                    replicas=replicas, concurrency=concurrency, host=str(spec.get("host", "127.0.0.1")), port=port,
-                   parallel=parallel, seed=seed, args=tuple(spec.get("args", ())))
+                   parallel=parallel, seed=seed, args=tuple(spec.get("args", ())), skip=skip)
 
 
 def _gpus(spec: dict, where: str) -> tuple[str | None, ...]:
