@@ -123,7 +123,8 @@ def test_a_fleet_of_one_service_is_its_endpoints_with_spare_slots(tmp_path):
 
 @pytest.mark.parametrize("service, message", [
     ("env: CartPole-v1\n    port: 7000\n    replica: 2", "service s: unknown key 'replica'; did you mean 'replicas'?"),
-    ("env: CartPole-v1\n    port: 7000\n    concurrency: 0", "service s: concurrency must be an integer of at least 1, got 0"),
+    ("env: CartPole-v1\n    port: 7000\n    concurrency: 0",
+     "service s: concurrency must be an integer of at least 1, got 0"),
     ("env: CartPole-v1\n    port: 7000\n    replicas: 0", "service s: replicas must be an integer of at least 1"),
     ("env: CartPole-v1\n    port: 7000\n    gpus: [0, 1]\n    containers: 3", "containers: 3 but 2 gpus"),
     ("env: CartPole-v1\n    port: 65535\n    replicas: 2", "2 servers from port 65535: port 65536 is not in 1..65535"),
@@ -180,7 +181,8 @@ def test_skipped_services_are_evaluated_in_process_and_refused_by_training(tmp_p
     (tmp_path / "tasks.jsonl").write_text('{"id": "a", "env": "CartPole-v1", "seed": 1}\n')
     assert sf_core.evaluate.main([f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={path}", "--num_workers=0",
                                   f"--output={tmp_path / 'out.jsonl'}"]) == 0
-    assert (tmp_path / "out" / "a" / "result.json").exists() and "local:CartPole-v1" in (tmp_path / "out.jsonl").read_text()
+    assert (tmp_path / "out" / "a" / "result.json").exists()
+    assert "local:CartPole-v1" in (tmp_path / "out.jsonl").read_text()
     with pytest.raises(ConfigError, match="service cartpole has skip: true"):
         parse_args(["--env=CartPole-v1", f"--env_service={path}", "--num_workers=2"])
 
@@ -203,7 +205,8 @@ def test_fleet_up_status_down_leaves_no_process_and_no_port(tmp_path):
         assert up.returncode == 0, up.stdout + up.stderr
         assert "fleet: 6 servers up" in up.stdout
         assert re.search(r"reward +2 × 2 +4 +4 // 2 = 2 +1 container × 2 replicas × 2 concurrency", up.stdout)
-        assert "smallest pool: sim, 4 slots = 2 per worker, so 2 envs per worker, 4 in all; bottleneck: sim" in up.stdout
+        assert ("smallest pool: sim, 4 slots = 2 per worker, so 2 envs per worker, 4 in all; bottleneck: sim"
+                in up.stdout)
         assert printed_slices(up.stdout, "physics") == {
             0: [f"127.0.0.1:{base + 20}#0", f"127.0.0.1:{base + 20}#1"],
             1: [f"127.0.0.1:{base + 21}#0", f"127.0.0.1:{base + 21}#1"]}
@@ -280,7 +283,8 @@ def test_training_on_a_fleet_file_divides_the_slots_as_printed_and_reaches_its_t
     text = log_path.read_text()
     used = {int(m.group(1)): m.group(2).split(", ")
             for m in re.finditer(r"rollout_worker_(\d+): \d+ env slots \((.*)\)", text)}
-    assert used == printed == {0: [f"127.0.0.1:{base}#{i}" for i in range(3)] + [f"127.0.0.1:{base + 1}#{i}" for i in range(2)],
-                               1: [f"127.0.0.1:{base + 1}#2"] + [f"127.0.0.1:{base + 2}#{i}" for i in range(3)]}
+    slot = "127.0.0.1:{}#{}".format
+    assert used == printed == {0: [slot(base, 0), slot(base, 1), slot(base, 2), slot(base + 1, 0), slot(base + 1, 1)],
+                               1: [slot(base + 1, 2), slot(base + 2, 0), slot(base + 2, 1), slot(base + 2, 2)]}
     summary = read_summary(tmp_path, "fleet")
     assert summary["time_to_target"] is not None and summary["mean_return_at_target"] >= 200, summary
