@@ -131,6 +131,7 @@ def test_a_fleet_of_one_service_is_its_endpoints_with_spare_slots(tmp_path):
     ("env: CartPole-v1\n    replicas: 2", "service s: port is missing"),
     ("replicas: 2\n    port: 7000", "give the env it serves (env: NAME) or the command"),
     ("command: serve --port={port} --gpu={device}\n    port: 7000", "command uses {device}; it may use {port}"),
+    ("command: serve {port}\n    port: 7000\n    args: [-v]", "args and parallel are sf_core.env_server flags"),
     ("endpoints: [10.0.0.7:5555*0]", "capacity of 10.0.0.7:5555 must be at least 1, got 0"),
     ("endpoints: [10.0.0.7:5555*2]\n    port: 7000", "a remote service (endpoints) is started elsewhere; port"),
     ("command: serve {port}\n    skip: true\n    port: 7000", "a skipped service is built in-process from its env"),

@@ -30,6 +30,7 @@ import shlex
 import string
 import sys
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from sf_core.service.addresses import Endpoint, ServiceConfigError, endpoint, yaml_item
 
@@ -147,7 +148,7 @@ class Fleet:
         return {name: s.env for name, s in self.services.items() if s.skip and s.env}
 
 
-def read_yaml(path: str):
+def read_yaml(path: str) -> Any:
     import yaml
 
     try:
@@ -184,7 +185,7 @@ def load_fleet(path: str) -> Fleet:
     return Fleet(os.path.abspath(path), services, workers, fleet_run_dir(path, data))
 
 
-def fleet_run_dir(path: str, data=None) -> str:
+def fleet_run_dir(path: str, data: Any = None) -> str:
     """Where `up` keeps the state file and the servers' logs: `run_dir:` (relative to the file's folder),
     by default `<file name without .yaml>.run/` beside the file. Read without checking the rest of the file,
     so that `down` works after the file was edited."""
@@ -202,13 +203,13 @@ def _known_keys(spec: dict, known: tuple[str, ...], where: str) -> None:
             raise FleetError(f"{where}: unknown key {key!r}{hint}")
 
 
-def _positive(value, where: str) -> int:
+def _positive(value: Any, where: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise FleetError(f"{where} must be an integer of at least 1, got {value!r}")
     return value
 
 
-def _service(name: str, spec, where: str) -> Service:
+def _service(name: str, spec: Any, where: str) -> Service:
     if not isinstance(spec, dict):
         raise FleetError(f"{where}: expected a mapping (env or command, replicas, concurrency, port, ...), "
                          f"got {spec!r}")
@@ -238,7 +239,7 @@ def _remote(name: str, spec: dict, skip: bool, where: str) -> Service:
     return Service(name, env=env, remote=remote)
 
 
-def _as_fleet_error(fn, *args):
+def _as_fleet_error(fn: Callable[..., Endpoint], *args: Any) -> Endpoint:
     try:
         return fn(*args)
     except FleetError:
@@ -256,6 +257,9 @@ def _local(name: str, spec: dict, skip: bool, where: str) -> Service:
         raise FleetError(f"{where}: env must be an env name, got {env!r}")
     if command is not None:
         _check_command(command, where)
+        if "args" in spec or "parallel" in spec:
+            raise FleetError(f"{where}: args and parallel are sf_core.env_server flags; a service started by "
+                             f"its own command takes its options in the command")
     elif "args" in spec and not (isinstance(spec["args"], list) and all(isinstance(a, str) for a in spec["args"])):
         raise FleetError(f"{where}: args must be a list of env_server flags, e.g. [--max_message_bytes=4000000]")
     if "port" not in spec:
@@ -289,7 +293,7 @@ def _gpus(spec: dict, where: str) -> tuple[str | None, ...]:
     return tuple(str(g) for g in gpus)
 
 
-def _check_command(command, where: str) -> None:
+def _check_command(command: Any, where: str) -> None:
     if not isinstance(command, str) or not command.strip():
         raise FleetError(f"{where}: command must be a command line (a string)")
     try:
