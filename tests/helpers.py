@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import socket
 import subprocess
 import time
 
@@ -131,3 +133,22 @@ class Scalars:
 
     def flush(self) -> None:
         pass
+
+
+def free_ports(n: int) -> int:
+    """The first of `n` consecutive ports nothing listens on (loopback)."""
+    for _ in range(200):
+        base = random.randrange(20_000, 60_000)
+        if all(bindable(base + k) for k in range(n)):
+            return base
+    raise AssertionError(f"no {n} consecutive free ports")
+
+
+def bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False

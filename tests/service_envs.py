@@ -125,6 +125,29 @@ def sim_with_reward(envs, task, policy):
     return returns, lengths
 
 
+def recorded_episodes(envs, task, policy):
+    """The default runner's episodes, leaving in the task's folder what a benchmark's runner would: every
+    step in trajectory.jsonl, and a file named after this attempt (attempt-PID-NS.txt)."""
+    folder = task["folder"]
+    with open(os.path.join(folder, f"attempt-{os.getpid()}-{time.monotonic_ns()}.txt"), "w") as f:
+        f.write(task["id"])
+    (env,) = envs.values()
+    returns, lengths = [], []
+    with open(os.path.join(folder, "trajectory.jsonl"), "w") as trajectory:
+        for episode in range(task["episodes"]):
+            obs, _ = env.reset(seed=task["seed"] + episode)
+            act = policy.start_episode()
+            total, length, done = 0.0, 0, False
+            while not done:
+                action = act(obs)
+                obs, reward, terminated, truncated, _ = env.step(action)
+                trajectory.write(json.dumps({"episode": episode, "action": int(action), "reward": reward}) + "\n")
+                total, length, done = total + reward, length + 1, terminated or truncated
+            returns.append(total)
+            lengths.append(length)
+    return returns, lengths
+
+
 def make_tagged(name, cfg, ctx):
     return TaggedCartPole(tag=(ctx.seed - ctx.env_index) // 100)  # servers are started with --seed=100, 200, ...
 
@@ -147,3 +170,4 @@ register_env("ObsReward-v0", lambda name, cfg, ctx: ObsReward())
 register_env("SlowObsReward-v0", lambda name, cfg, ctx: ObsReward(step_seconds=0.01))
 register_env("SlotLogCartPole-v1", lambda name, cfg, ctx: SlotLogCartPole(ctx.env_index))
 register_task_runner("sim_with_reward", sim_with_reward)
+register_task_runner("recorded_episodes", recorded_episodes)

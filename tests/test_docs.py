@@ -64,7 +64,7 @@ DOCS = [os.path.join(REPO, "README.md")] + sorted(glob.glob(os.path.join(REPO, "
 
 # Entry points with parsers of their own (the trainer's flags are Config's fields).
 TOOL_MODULES = ("sf_core.cli.enjoy", "sf_core.cli.evaluate", "sf_core.cli.export", "sf_core.cli.env_server",
-                "sf_core.cli.plot", "sf_core.cli.push_to_hub", "sf_core.cli.load_from_hub")
+                "sf_core.cli.fleet", "sf_core.cli.plot", "sf_core.cli.push_to_hub", "sf_core.cli.load_from_hub")
 # Scripts whose command lines the docs quote. scripts/sf_launcher.py is left out: its flags are Sample Factory's.
 TOOL_SCRIPTS = ("scripts/benchmark.py", "scripts/bench_env_service.py", "scripts/bench_learner.py",
                 "scripts/bench_graph_overlap.py", "scripts/bench_offload.py", "scripts/bench_ray_calls.py",

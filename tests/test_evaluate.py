@@ -7,11 +7,13 @@ import json
 import os
 import signal
 import subprocess
+import time
 
+import psutil
 import pytest
 
 from tests import launch
-from tests.helpers import EnvServerProcess, wait_for
+from tests.helpers import EnvServerProcess, free_ports, wait_for
 
 
 def write_tasks(path, n: int, env: str, episodes: int = 1) -> set[str]:
@@ -96,6 +98,66 @@ def test_sigterm_stops_gracefully_keeps_results_and_resume_finishes(tmp_path):
             proc.kill()
             proc.wait(timeout=10)
         server.kill()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_twenty_tasks_on_a_fleet_of_four_slots_leave_twenty_folders_and_resume_runs_only_the_unfinished(tmp_path):
+    """20 tasks on 2 servers × 2 slots started by `python -m sf_core.fleet up`, half of them with a runner
+    that writes into its task folder. The evaluator is killed (SIGKILL) mid-run; --resume runs only the
+    tasks whose folder has no result.json, each from an emptied folder, and leaves 20 finished folders."""
+    base = free_ports(2)
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(f"services:\n  slow:\n    env: SlowCartPole-v1\n    env_module: tests.service_envs\n"
+                     f"    replicas: 2\n    concurrency: 2\n    port: {base}\n")
+    with open(tmp_path / "tasks.jsonl", "w") as f:
+        for i in range(20):
+            runner = {"runner": "recorded_episodes"} if i % 2 == 0 else {}
+            f.write(json.dumps({"id": f"t{i}", "env": "SlowCartPole-v1", "seed": i, "episodes": 2, **runner}) + "\n")
+    out, folders = tmp_path / "results.jsonl", tmp_path / "results"
+    args = [f"--tasks={tmp_path / 'tasks.jsonl'}", f"--env_service={fleet}", "--num_workers=2",
+            "--env_module=tests.service_envs", f"--output={out}"]
+    proc = None
+
+    def finished() -> dict[str, dict]:
+        return {p.parent.name: json.loads(p.read_text()) for p in folders.glob("*/result.json")}
+
+    try:
+        up = launch.run(["up", str(fleet)], 90, module="sf_core.fleet")
+        assert up.returncode == 0, up.stdout + up.stderr
+        proc = launch.start(args, module="sf_core.evaluate", output=subprocess.DEVNULL)
+        wait_for(lambda: len(finished()) >= 4, 60, "4 finished task folders")
+        workers = psutil.Process(proc.pid).children(recursive=True)
+        proc.kill()
+        proc.wait(timeout=10)
+        killed_at = time.time()
+        _, alive = psutil.wait_procs(workers, timeout=20)  # they end their task in hand, see no coordinator, leave
+        assert not alive
+        before = finished()
+        assert 4 <= len(before) < 20, len(before)
+        result = run_evaluate(*args, "--resume=True")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"--resume: {len(before)} tasks already finished, {20 - len(before)} to run" in result.stdout
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        launch.run(["down", str(fleet)], 60, module="sf_core.fleet")
+    after = finished()
+    assert sorted(after) == sorted(f"t{i}" for i in range(20)) == sorted(p.name for p in folders.iterdir())
+    assert all(after[t] == line for t, line in before.items())  # finished tasks were not run again
+    rerun = [after[t] for t in after if t not in before]
+    assert all(line["status"] == "ok" and line["attempts"][0]["started"] > killed_at for line in rerun)
+    lines = read_results(out)
+    assert sorted(r["id"] for r in lines) == sorted(after)  # one line per task, none twice
+    for task_id, line in after.items():
+        files = sorted(p.name for p in (folders / task_id).iterdir())
+        if int(task_id[1:]) % 2:  # the default runner: only the evaluator's marker
+            assert files == ["result.json"], files
+            continue
+        assert len([f for f in files if f.startswith("attempt-")]) == 1, files  # an emptied folder per attempt
+        steps = (folders / task_id / "trajectory.jsonl").read_text().splitlines()
+        assert len(steps) == sum(line["lengths"]) and line["runner"] == "recorded_episodes"
 
 
 @pytest.mark.slow
@@ -402,6 +464,7 @@ def test_bad_pools_runners_and_needs_are_refused_before_anything_starts(tmp_path
     assert "--local_pools names the in-process envs" in refused([both], str(pools), "--local_pools=sim=CartPole-v1")
     assert "skip mode is for training; the evaluator runs the same tasks on in-process envs" in refused(
         [{"id": "a", "env": "CartPole-v1"}], "skip:CartPole-v1")
+    assert "a task's folder is given by the evaluator" in refused([{"id": "a", "folder": "/tmp/x"}], str(pools))
 
 
 def test_broker_leases_all_or_none_in_fifo_order_and_times_out_a_pool_without_healthy_slots():

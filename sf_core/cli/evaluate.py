@@ -14,7 +14,8 @@ from sf_core.cli import exit_process, import_user_modules
 from sf_core.cli.arguments import BOOL_EPILOG, _Parser, add_bool_argument
 from sf_core.common.logs import setup_logging
 from sf_core.config import ConfigError
-from sf_core.evaluation.evaluator import EXIT_OK, EXIT_USAGE, Coordinator, EvalError, finished_ids, load_tasks
+from sf_core.evaluation import task_folders
+from sf_core.evaluation.evaluator import EXIT_OK, EXIT_USAGE, Coordinator, EvalError, load_tasks
 from sf_core.evaluation.plan import make_plan
 
 log = logging.getLogger("sf_core")
@@ -35,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Comma-separated modules to import first, here and in every worker (they call "
                         "register_env and register_task_runner).")
     p.add_argument("--output", default="", help="Result JSONL file (default: TASKS with .results.jsonl).")
+    p.add_argument("--output_dir", default="",
+                   help="Folder of the task folders, OUTPUT_DIR/<task id>/ (the task's result.json and whatever its "
+                        "runner writes there; default: --output without its extension).")
     p.add_argument("--num_workers", type=int, default=2,
                    help="Worker processes; 0: the task runners are threads of the coordinator (for debugging).")
     p.add_argument("--concurrency", type=int, default=0,
@@ -50,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "attempt counts as failed (waiting for a busy slot is waiting in line, not limited).")
     p.add_argument("--grace_period", type=float, default=10.0,
                    help="On Ctrl-C/SIGTERM: seconds workers get to finish the tasks in hand before being killed.")
-    add_bool_argument(p, "resume", False, "Skip tasks that already have a line in --output.")
+    add_bool_argument(p, "resume", False, "Skip the tasks that finished: their folder has result.json (or they have "
+                      "a line in --output).")
     p.add_argument("--train_dir", default="", help="With --experiment: act with that trained policy (else random).")
     p.add_argument("--experiment", default="", help="Experiment whose checkpoint acts.")
     p.add_argument("--checkpoint", default="latest", help="latest, best or a path.")
@@ -78,19 +83,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise EvalError(str(exc)) from None
         tasks = load_tasks(args.tasks, args.env)
         output = args.output or os.path.splitext(args.tasks)[0] + ".results.jsonl"
+        args.output_dir = args.output_dir or os.path.splitext(output)[0]
+        ids = [t["id"] for t in tasks]
         if args.resume:
-            done = finished_ids(output)
+            done = task_folders.resume(output, args.output_dir, ids)
             tasks = [t for t in tasks if t["id"] not in done]
-            log.info("--resume: %d tasks already have results, %d to run", len(done), len(tasks))
-        elif os.path.exists(output):
-            os.remove(output)
+            log.info("--resume: %d tasks already finished, %d to run", len(ids) - len(tasks), len(tasks))
+        else:
+            if os.path.exists(output):
+                os.remove(output)
+            task_folders.clear(args.output_dir, ids)
         if not tasks:
             return EXIT_OK
         plan = make_plan(args, tasks)
     except EvalError as exc:
         print(f"sf_core.evaluate: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    log.info("%s; results to %s", plan.describe(len(tasks)), output)
+    log.info("%s; results to %s, task folders in %s", plan.describe(len(tasks)), output, args.output_dir)
     return Coordinator(args, tasks, plan, output).run()
 
 

@@ -78,8 +78,8 @@ class Config:
         "one stops the run with one line naming the env and the rule (exit code 2). False skips the check (an env "
         "that is expensive to step, or one whose first step must not happen outside a worker).")
     env_service: str = flag(
-        "", "env", "Envs served by env servers (python -m sf_core.env_server) instead of built in the workers: "
-        "host:port*capacity,... (e.g. 127.0.0.1:5555*4,127.0.0.1:5556*4) or a YAML file listing endpoints. "
+        "", "env", "Envs served by env servers (python -m sf_core.env_server) instead of built in the workers: host:"
+        "port*capacity,... (e.g. 127.0.0.1:5555*4,127.0.0.1:5556*4) or a YAML file of endpoints, pools or a fleet. "
         "--env names the env they serve. The slots are divided among rollout workers in contiguous slices; "
         "--num_envs_per_worker becomes each worker's share. skip:ENV (ENV = --env) serves each worker's envs "
         "in-process through the same pool and protocol, without sockets. See docs/env_services.md.")

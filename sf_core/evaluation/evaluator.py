@@ -18,6 +18,7 @@ import argparse
 import json
 import logging
 import multiprocessing
+import os
 import queue
 import signal
 import threading
@@ -26,6 +27,7 @@ from queue import Empty
 
 from sf_core.evaluation.plan import Plan, check_policy
 from sf_core.evaluation.slot_broker import SlotBroker
+from sf_core.evaluation.task_folders import task_folder, write_result
 from sf_core.evaluation.tasks import EvalError, finished_ids, load_tasks
 from sf_core.evaluation.worker import worker_main
 
@@ -39,6 +41,7 @@ EXIT_OK, EXIT_FAILED_TASKS, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 130
 class Coordinator:
     def __init__(self, args: argparse.Namespace, tasks: list[dict], plan: Plan, output: str):
         self.args, self.specs, self.output = args, plan.specs, output
+        self.output_dir = getattr(args, "output_dir", "") or os.path.splitext(output)[0]  # task folders
         self.tasks = {t["id"]: t for t in tasks}
         self.attempts: dict[str, list[dict]] = {t["id"]: [] for t in tasks}
         self.in_hands: dict[int, set[str]] = {s.worker: set() for s in plan.specs}  # assigned, not finished
@@ -98,7 +101,8 @@ class Coordinator:
         assigned, starved = self.broker.dispatch(time.monotonic())
         for worker, task, lease in assigned:
             self.in_hands[worker].add(task["id"])
-            self.inboxes[worker].put({**task, "lease": lease})
+            folder = task_folder(self.output_dir, task["id"])
+            self.inboxes[worker].put({**task, "lease": lease, "folder": folder})
         for task, why in starved:
             self._attempt_done({"id": task["id"], "worker": None, "slots": {}, "returns": [], "lengths": [],
                                 "error": why, "retryable": True, "started": time.time(), "ended": time.time()})
@@ -174,6 +178,7 @@ class Coordinator:
                 "failures": sum(a["error"] is not None for a in attempts), "attempts": attempts}
         if "policy_index" in self.specs[0].policy:  # a trained policy acted: which one of its run
             line["policy_index"] = self.specs[0].policy["policy_index"]
+        write_result(task_folder(self.output_dir, task_id), line)  # the marker first: see task_folders
         self.out.write(json.dumps(line) + "\n")
         self.out.flush()  # a finished result survives whatever happens next
         self.written += 1

@@ -11,6 +11,7 @@ each pool a task needs is an env built in-process from the env registry: the env
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import os
 from dataclasses import dataclass
@@ -25,10 +26,12 @@ from sf_core.service.endpoints import (
     ServiceConfigError,
     answers_with_capacity,
     describe,
+    fleet_skipped,
     parse_pools,
     parse_service,
 )
 from sf_core.service.env_pool import EnvPool
+from sf_core.service.fleet_file import load_fleet
 from sf_core.service.remote_env import close_context
 from sf_core.service.skip import is_skip
 
@@ -61,7 +64,10 @@ def make_plan(args: argparse.Namespace, tasks: list[dict]) -> Plan:
     if is_skip(args.env_service):  # a training feature: each rollout worker serves its own envs
         raise EvalError(f"--env_service={args.env_service}: skip mode is for training; the evaluator runs the same "
                         f"tasks on in-process envs without --env_service (--local_pools=POOL=ENV,... names them)")
-    if args.env_service:
+    in_process, fleet_modules = fleet_in_process(args.env_service) or (None, ())
+    if in_process is not None and args.local_pools:
+        raise EvalError(f"--local_pools names in-process envs; {args.env_service} names them already (skip: true)")
+    if args.env_service and in_process is None:
         if args.local_pools:
             raise EvalError("--local_pools names the in-process envs of a run without --env_service; "
                             "with --env_service the pools come from the servers")
@@ -72,16 +78,43 @@ def make_plan(args: argparse.Namespace, tasks: list[dict]) -> Plan:
         slots = sum(len(p.slots) for p in pools.values())
         default_runners = math.ceil(slots / max(1, args.num_workers))  # enough for every slot to be busy
     else:
-        check_tasks(tasks, None, set(runners))
-        named = parse_local_pools(args.local_pools)
+        check_tasks(tasks, None if in_process is None else set(in_process), set(runners),
+                    f"no service of {args.env_service} provides")
+        named = in_process if in_process is not None else parse_local_pools(args.local_pools)
         local_envs = {pool: named.get(pool, pool) for pool in needed}
         check_local_envs(local_envs)
         default_runners = 1  # in-process envs: the parallelism is the worker processes
     registry = registry_snapshot() if local_envs is not None else None
-    modules = tuple(m.strip() for m in args.env_module.split(",") if m.strip())
+    modules = tuple(m.strip() for m in args.env_module.split(",") if m.strip()) + fleet_modules
     specs = [WorkerSpec(w, args.concurrency or default_runners, args.env_service_timeout, policy, runners,
                         local_envs, registry, modules) for w in range(max(1, args.num_workers))]
     return Plan(pools, specs, inline=args.num_workers == 0)
+
+
+def fleet_in_process(value: str) -> tuple[dict[str, str], tuple[str, ...]] | None:
+    """A fleet file whose every service has `skip: true`: ({pool: env} built in-process, as --local_pools
+    says, and the services' env modules, imported here). A fleet of one service is the pool named after its
+    env, as with servers. None for any other value. A fleet with some services skipped and others served is
+    refused: the evaluator runs its tasks all on servers or all in-process."""
+    try:
+        fleet = load_fleet(value) if value and fleet_skipped(value) else None
+    except ServiceConfigError as exc:
+        raise EvalError(str(exc)) from None
+    if fleet is None:
+        return None
+    skipped = fleet.skipped()
+    if len(skipped) < len(fleet.services):
+        raise EvalError(f"--env_service={value}: service {', '.join(skipped)} has skip: true and the others do not; "
+                        f"the evaluator runs every pool on servers, or every pool in-process (all skip: true)")
+    modules = tuple(dict.fromkeys(m.strip() for s in fleet.services.values() for m in s.env_module.split(",")
+                                  if m.strip()))
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise EvalError(f"{value}: env_module {module}: {exc}") from None
+    pools = {env: env for env in skipped.values()} if len(skipped) == 1 else skipped
+    return pools, modules
 
 
 def service_pools(value: str, timeout: float, tasks: list[dict], runners: set[str]

@@ -2,8 +2,10 @@
 
 A task names its runner (`"runner": "sim_with_reward"`, default `"episodes"`) and the pools it needs
 (`"needs": ["sim", "reward"]`, default one pool, named after its env). The runner gets the leased envs,
-one `gymnasium.Env` per pool name, the task (a dict: id, seed, episodes, options, and any other field
-the task line has) and the policy, and returns the episodes' returns and lengths:
+one `gymnasium.Env` per pool name, the task (a dict: id, seed, episodes, options, any other field the task
+line has, and `folder`: the task's own folder, empty at the start of each attempt, for whatever the task
+leaves behind; sf_core/evaluation/task_folders.py) and the policy, and returns the episodes' returns and
+lengths:
 
     from sf_core import register_task_runner
 

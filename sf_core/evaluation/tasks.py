@@ -45,6 +45,9 @@ def load_tasks(path: str, default_env: str) -> list[dict]:
 
 
 def _task(raw: dict, n: int, default_env: str, where: str) -> dict:
+    if "folder" in raw:
+        raise EvalError(f"{where}: a task's folder is given by the evaluator (--output_dir/<task id>, as "
+                        f"task[\"folder\"] to its runner); remove the task's \"folder\" field")
     task = {**raw, "id": str(raw.get("id", n)), "env": raw.get("env", default_env or None), "seed": raw.get("seed"),
             "episodes": raw.get("episodes", 1), "options": raw.get("options"),
             "runner": raw.get("runner", DEFAULT_RUNNER)}

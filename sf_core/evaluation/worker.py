@@ -28,6 +28,7 @@ from typing import Any, Callable
 import gymnasium as gym
 
 from sf_core.envs.registry import EnvContext, EnvRegistry
+from sf_core.evaluation.task_folders import start_attempt
 from sf_core.evaluation.task_runners import Actor, TaskPolicy
 from sf_core.service.env_pool import server_answers
 from sf_core.service.remote_env import RemoteEnv, ServiceError, ServiceTimeout
@@ -187,6 +188,8 @@ def run_task(task: dict, envs: RunnerEnvs, actors: Actors, runners: dict[str, Ca
     leased: dict[str, LeasedEnv] = {}
     failed: dict[str, dict] = {}
     try:
+        if task.get("folder"):
+            start_attempt(task["folder"])  # empty: nothing of a failed attempt is mixed in
         envs.lease(task, leased, failed)
         if not failed:
             returns, lengths = runners[task["runner"]](leased, task, TaskPolicy(actors.actor_for, leased, task["seed"]))

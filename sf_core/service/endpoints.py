@@ -16,71 +16,22 @@ several (sf_core/service/service_set.py):
       sim: [127.0.0.1:5555*2]
       reward: ["127.0.0.1:6000*1", {host: 127.0.0.1, port: 6001, capacity: 1}]
 
-Slots are numbered address by address. Workers get contiguous slices, so a worker keeps talking to the
-same few addresses; when the slots do not divide evenly, the first workers get one spare slot each,
-which their pool uses when another slot fails.
+or a fleet file (`services:`, sf_core/service/fleet_file.py): one service is its endpoints, several are named
+pools, one per service.
+
+How the slots are divided among the workers (contiguous slices, spare slots, the smallest pool) is in
+sf_core/service/capacity.py.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from sf_core.config import Config, ConfigError, register_check
+from sf_core.service.addresses import Endpoint, ServiceConfigError, SlotAddress, parse_item, yaml_item
+from sf_core.service.capacity import CapacityPlan, all_slots, describe, envs_per_worker, plan_capacity, worker_slice
+from sf_core.service.fleet_file import is_fleet_file, load_fleet
 from sf_core.service.skip import SkipModeError, is_skip, skip_env, skipped_pools
-
-
-class ServiceConfigError(ValueError):
-    """An --env_service value that cannot work; the message says why, with the arithmetic."""
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    host: str
-    port: int
-    capacity: int
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    def __str__(self) -> str:
-        return f"{self.address}*{self.capacity}"
-
-
-@dataclass(frozen=True)
-class SlotAddress:
-    """One env instance: instance `index` (0 ≤ index < capacity) of the server at host:port."""
-
-    host: str
-    port: int
-    index: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}#{self.index}"
-
-
-def _parse_item(text: str, where: str) -> Endpoint:
-    item = text.strip()
-    address, star, capacity_text = item.partition("*")
-    if not star:
-        raise ServiceConfigError(f"{where}: {item!r} has no capacity; write host:port*capacity, e.g. 127.0.0.1:5555*4")
-    host, colon, port_text = address.rpartition(":")
-    if not colon or not host:
-        raise ServiceConfigError(f"{where}: {item!r} has no host:port before '*'")
-    try:
-        port, capacity = int(port_text), int(capacity_text)
-    except ValueError:
-        raise ServiceConfigError(f"{where}: {item!r}: port and capacity must be integers") from None
-    return _endpoint(host, port, capacity, where)
-
-
-def _endpoint(host: str, port: int, capacity: int, where: str) -> Endpoint:
-    if not 0 < port < 65536:
-        raise ServiceConfigError(f"{where}: port {port} is not in 1..65535")
-    if capacity < 1:
-        raise ServiceConfigError(f"{where}: capacity of {host}:{port} must be at least 1, got {capacity}")
-    return Endpoint(host, port, capacity)
 
 
 def _load_yaml(path: str) -> list[Endpoint]:
@@ -91,21 +42,7 @@ def _load_yaml(path: str) -> list[Endpoint]:
     items = data.get("endpoints") if isinstance(data, dict) else None
     if not isinstance(items, list) or not items:
         raise ServiceConfigError(f"{path}: expected a mapping with a non-empty 'endpoints' list")
-    return [_yaml_item(item, f"{path}: endpoints[{n}]") for n, item in enumerate(items)]
-
-
-def _yaml_item(item, where: str) -> Endpoint:
-    """One YAML entry: 'host:port*capacity' or {host, port, capacity}."""
-    if isinstance(item, str):
-        return _parse_item(item, where)
-    if isinstance(item, dict) and {"host", "port", "capacity"} <= set(item):
-        try:
-            return _endpoint(str(item["host"]), int(item["port"]), int(item["capacity"]), where)
-        except (TypeError, ValueError) as exc:
-            if isinstance(exc, ServiceConfigError):
-                raise
-            raise ServiceConfigError(f"{where}: port and capacity must be integers") from None
-    raise ServiceConfigError(f"{where}: expected 'host:port*capacity' or {{host, port, capacity}}, got {item!r}")
+    return [yaml_item(item, f"{path}: endpoints[{n}]") for n, item in enumerate(items)]
 
 
 def parse_pools(value: str) -> dict[str, list[Endpoint]] | None:
@@ -115,6 +52,9 @@ def parse_pools(value: str) -> dict[str, list[Endpoint]] | None:
     value = value.strip()
     if not (value.endswith((".yaml", ".yml")) and os.path.isfile(value)):
         return None
+    if is_fleet_file(value):  # a fleet of several services is named pools, one per service
+        fleet = load_fleet(value)
+        return fleet.pools() if len(fleet.services) > 1 else None
     import yaml
 
     with open(value, encoding="utf-8") as f:
@@ -129,7 +69,7 @@ def parse_pools(value: str) -> dict[str, list[Endpoint]] | None:
     for name, items in data["pools"].items():
         if not isinstance(items, list) or not items:
             raise ServiceConfigError(f"{value}: pool {name!r} has no slots (give it a non-empty list of endpoints)")
-        pools[str(name)] = [_yaml_item(item, f"{value}: pools.{name}[{n}]") for n, item in enumerate(items)]
+        pools[str(name)] = [yaml_item(item, f"{value}: pools.{name}[{n}]") for n, item in enumerate(items)]
         for e in pools[str(name)]:
             if e.address in owner:
                 raise ServiceConfigError(f"{value}: {e.address} is listed in pool {owner[e.address]!r} and in "
@@ -146,9 +86,9 @@ def parse_service(value: str) -> list[Endpoint]:
     if value.endswith((".yaml", ".yml")) or os.path.isfile(value):
         if not os.path.isfile(value):
             raise ServiceConfigError(f"--env_service={value}: no such file")
-        endpoints = _load_yaml(value)
+        endpoints = _fleet_endpoints(value) if is_fleet_file(value) else _load_yaml(value)
     else:
-        endpoints = [_parse_item(item, "--env_service") for item in value.split(",") if item.strip()]
+        endpoints = [parse_item(item, "--env_service") for item in value.split(",") if item.strip()]
     seen: set[str] = set()
     for e in endpoints:
         if e.address in seen:
@@ -157,31 +97,33 @@ def parse_service(value: str) -> list[Endpoint]:
     return endpoints
 
 
-def all_slots(endpoints: list[Endpoint]) -> list[SlotAddress]:
-    return [SlotAddress(e.host, e.port, i) for e in endpoints for i in range(e.capacity)]
+def _fleet_endpoints(path: str) -> list[Endpoint]:
+    """The endpoints of a fleet file's one service (a fleet of several is named pools: `parse_pools`)."""
+    fleet = load_fleet(path)
+    if len(fleet.services) != 1:
+        raise ServiceConfigError(f"{path} describes {len(fleet.services)} services, so named pools, one per "
+                                 f"service: read it with parse_pools")
+    return list(fleet.pools().values())[0]
 
 
-def describe(endpoints: list[Endpoint]) -> str:
-    return " + ".join(str(e) for e in endpoints)
+def service_capacity(value: str, workers: int) -> CapacityPlan:
+    """How --env_service=value's slots are divided among `workers` rollout workers: one pool (named "") for
+    addresses, one per pool for named pools. `python -m sf_core.fleet` prints the same plan."""
+    named = parse_pools(value)
+    return plan_capacity(named if named is not None else {"": parse_service(value)}, workers)
 
 
-def envs_per_worker(endpoints: list[Endpoint], num_workers: int) -> int:
-    """Each worker's share of the slots: the envs it runs. Rejects capacity that cannot feed every worker."""
-    total = sum(e.capacity for e in endpoints)
-    if total < num_workers:
-        raise ServiceConfigError(
-            f"--env_service has {describe(endpoints)} = {total} slot{'s' if total != 1 else ''} but "
-            f"--num_workers={num_workers}: each rollout worker needs at least one slot ({total} < {num_workers}); "
-            f"use --num_workers={total} or fewer, or add capacity")
-    return total // num_workers
+def fleet_skipped(value: str) -> dict[str, str]:
+    """The services a fleet file marks `skip: true`, {service: env}; {} for any other value."""
+    return load_fleet(value.strip()).skipped() if is_fleet_file(value) else {}
 
 
-def worker_slice(endpoints: list[Endpoint], num_workers: int, worker: int) -> list[SlotAddress]:
-    """Worker `worker`'s contiguous slice: its share, plus one spare slot for the first total % W workers."""
-    slots = all_slots(endpoints)
-    share, extra = divmod(len(slots), num_workers)
-    start = worker * share + min(worker, extra)
-    return slots[start:start + share + (1 if worker < extra else 0)]
+def fleet_workers(value: str) -> int | None:
+    """The rollout workers a fleet file is sized for (its `workers:`), None for any other value."""
+    try:
+        return load_fleet(value.strip()).workers if is_fleet_file(value) else None
+    except ServiceConfigError:
+        return None  # apply_to_training reports what is wrong with the file
 
 
 def envs_served(values: dict) -> bool:
@@ -191,7 +133,9 @@ def envs_served(values: dict) -> bool:
 
 def set_by_services(values: dict) -> set[str]:
     """The flags --env_service decides (`apply_to_training`), which no machine fit may choose."""
-    return {"num_envs_per_worker"} if values["env_service"] else set()
+    if not values["env_service"]:
+        return set()
+    return {"num_envs_per_worker"} | ({"num_workers"} if fleet_workers(values["env_service"]) else set())
 
 
 def apply_to_training(values: dict, typed: set[str]) -> None:
@@ -204,6 +148,8 @@ def apply_to_training(values: dict, typed: set[str]) -> None:
     if is_skip(values["env_service"]):
         check_skip(values["env_service"], values["env"])
         return
+    if "num_workers" not in typed and (workers := fleet_workers(values["env_service"])):
+        values["num_workers"] = workers  # the workers the fleet is sized for
     share, arithmetic = training_share(values["env_service"], values["num_workers"])
     if "num_envs_per_worker" in typed and values["num_envs_per_worker"] != share:
         raise ServiceConfigError(
@@ -222,17 +168,8 @@ def apply_to_training(values: dict, typed: set[str]) -> None:
 def training_share(value: str, workers: int) -> tuple[int, str]:
     """Each rollout worker's envs under --env_service=value, and the arithmetic. With named pools an env
     holds one slot of every pool, so a worker runs as many envs as its smallest share of a pool."""
-    named = parse_pools(value)
-    if named is None:
-        endpoints = parse_service(value)
-        share = envs_per_worker(endpoints, workers)
-        total = sum(e.capacity for e in endpoints)
-        return share, f"{describe(endpoints)} = {total} slots // {workers} workers = {share} envs per worker"
-    shares = {name: envs_per_worker(endpoints, workers) for name, endpoints in named.items()}
-    share = min(shares.values())
-    parts = [f"pool {name}: {sum(e.capacity for e in named[name])} slots // {workers} workers = {n}"
-             for name, n in shares.items()]
-    return share, f"one slot of every pool per env ({'; '.join(parts)}) = {share} envs per worker"
+    plan = service_capacity(value, workers)
+    return plan.envs_per_worker, plan.arithmetic()
 
 
 def check_skip(value: str, env: str) -> None:
@@ -258,6 +195,12 @@ def skipped_named_pools(value: str, skip: str) -> dict[str, str]:
         return skipped_pools(skip, list(named))
     except SkipModeError as exc:
         raise ServiceConfigError(str(exc)) from None
+
+
+def pools_served_in_process(value: str, skip: str) -> dict[str, str]:
+    """The named pools of --env_service=value a run serves in-process, {pool: env}: a fleet file's services
+    marked `skip: true`, and those --env_service_skip=skip names (which win where both name a pool)."""
+    return {**fleet_skipped(value), **skipped_named_pools(value, skip)}
 
 
 def probe(endpoints: list[Endpoint], timeout: float) -> tuple[dict[str, dict], list[str]]:
@@ -336,6 +279,10 @@ def check_training_flags(cfg: Config) -> None:
             check_skip(cfg.env_service, cfg.env)
             return
         share, arithmetic = training_share(cfg.env_service, cfg.num_workers)
+        if fleet_skipped(cfg.env_service) and parse_pools(cfg.env_service) is None:
+            raise ServiceConfigError(
+                f"--env_service={cfg.env_service}: its one service has skip: true, which is skip mode: train "
+                f"with --env_service=skip:{cfg.env}")
     except ServiceConfigError as exc:
         raise ConfigError(str(exc)) from None
     if cfg.num_envs_per_worker != share:  # parse_args sets it; a Config built in Python may not

@@ -12,7 +12,8 @@ import gymnasium as gym
 from sf_core.envs.registry import EnvNotFoundError, EnvRegistry
 from sf_core.config import Config, ConfigError
 from sf_core.service.endpoints import (Endpoint, ServiceConfigError, answers_with_capacity, check_training_endpoints,
-                                       parse_pools, parse_service, skipped_named_pools, training_share, worker_slice)
+                                       parse_pools, parse_service, pools_served_in_process, training_share,
+                                       worker_slice)
 from sf_core.service.env_pool import EnvPool
 from sf_core.service.protocol import ServiceError, space_from_json
 from sf_core.service.remote_env import EnvClient, close_context, hello
@@ -63,7 +64,7 @@ def open_worker_pool(cfg: Config, registry: EnvRegistry, worker: int, seed: int,
         pool = _in_process_pool(cfg, registry, cfg.env, cfg.num_envs_per_worker, seed + 10_007 * worker, owner)
         mine = [s.name for s in pool.slots]
     elif (named := parse_pools(cfg.env_service)) is not None:  # one slot of every pool per env (service_set.py)
-        skipped = skipped_named_pools(cfg.env_service, cfg.env_service_skip)
+        skipped = pools_served_in_process(cfg.env_service, cfg.env_service_skip)
         pools, mine = {}, []
         for name, endpoints in named.items():
             sliced = worker_slice(endpoints, workers, me)
@@ -91,9 +92,9 @@ def _env_pool(cfg: Config, slots: list[tuple[str, int]], env: str | None) -> Env
 def envs_built_in_process(cfg: Config) -> tuple[str, ...]:
     """The envs a run's rollout workers build from the registry besides --env: those of the pools
     --env_service_skip serves in-process (their factories travel to the workers with --env's)."""
-    if not cfg.env_service or not cfg.env_service_skip or is_skip(cfg.env_service):
+    if not cfg.env_service or is_skip(cfg.env_service) or parse_pools(cfg.env_service) is None:
         return ()
-    return tuple(skipped_named_pools(cfg.env_service, cfg.env_service_skip).values())
+    return tuple(pools_served_in_process(cfg.env_service, cfg.env_service_skip).values())
 
 
 def _in_process_pool(cfg: Config, registry: EnvRegistry, env: str, capacity: int, seed: int, owner: str) -> EnvPool:
@@ -111,8 +112,8 @@ def _in_process_pool(cfg: Config, registry: EnvRegistry, env: str, capacity: int
 
 def _probe_group(cfg: Config, registry: EnvRegistry, named: dict[str, list[Endpoint]]) -> PoolGroup:
     """Every slot of the named pools, for composing the env once before training: each address must answer
-    with the capacity listed, except those of pools --env_service_skip serves in-process (one instance here)."""
-    skipped = skipped_named_pools(cfg.env_service, cfg.env_service_skip)
+    with the capacity listed, except those of pools served in-process (one instance here)."""
+    skipped = pools_served_in_process(cfg.env_service, cfg.env_service_skip)
     answers_with_capacity([e for name, pool in named.items() if name not in skipped for e in pool],
                           cfg.env_service_timeout)
     pools: dict[str, EnvPool] = {}

@@ -1,0 +1,123 @@
+"""`python -m sf_core.fleet up|down|status FLEET.yaml`: start, stop and inspect the env servers a fleet file
+describes (the file: sf_core/service/fleet_file.py; the processes: sf_core/service/launcher.py), and print how
+their slots are divided among the rollout workers (sf_core/service/capacity.py, the trainer's arithmetic)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Sequence
+
+from sf_core.cli.arguments import _Parser
+from sf_core.service import launcher
+from sf_core.service.addresses import ServiceConfigError
+from sf_core.service.capacity import CapacityPlan, describe, plan_capacity
+from sf_core.service.fleet_file import Fleet, FleetError, fleet_run_dir, load_fleet
+
+EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m sf_core.fleet", allow_abbrev=False,
+                description="Start (up), stop (down) or inspect (status) the env servers of a fleet file.",
+                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("command", choices=("up", "down", "status"),
+                   help="up: start the local servers, wait until each answers, print the capacity; down: stop "
+                        "them; status: every server's and slot's state, and the capacity.")
+    p.add_argument("fleet", help="The fleet file (YAML with services:).")
+    p.add_argument("--num_workers", type=int, default=0,
+                   help="Rollout workers the capacity arithmetic is printed for; 0: the file's workers (else 1).")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="up: seconds every server has to answer after it starts (building its envs included).")
+    p.add_argument("--grace_period", type=float, default=10.0,
+                   help="down: seconds a server has to exit after SIGTERM before it is killed.")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:  # --help, or a usage error argparse has printed
+        return int(exc.code or 0)
+    try:
+        if args.command == "down":
+            stopped = launcher.down(fleet_run_dir(args.fleet), args.grace_period)
+            print(f"fleet: stopped {len(stopped)} server{'s' if len(stopped) != 1 else ''}"
+                  + (f" ({', '.join(stopped)})" if stopped else ""))
+            return EXIT_OK
+        fleet = load_fleet(args.fleet)
+        if args.num_workers < 0:
+            raise ServiceConfigError(f"--num_workers must be at least 0, got {args.num_workers}")
+        plan = _capacity(fleet, args.num_workers or fleet.workers or 1)
+        if args.command == "up":
+            return _up(fleet, plan, args.timeout)
+        return _status(fleet, plan)
+    except ServiceConfigError as exc:  # FleetError included
+        print(f"sf_core.fleet: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _capacity(fleet: Fleet, workers: int) -> CapacityPlan | None:
+    """The trainer's division of the fleet's slots among `workers`; FleetError when a service is too small."""
+    for name, endpoints in fleet.pools().items():
+        slots = sum(e.capacity for e in endpoints)
+        if slots < workers:
+            raise FleetError(f"service {name} has {describe(endpoints)} = {slots} slot{'s' if slots != 1 else ''} "
+                             f"for {workers} rollout workers: each worker needs a slot of every service; add "
+                             f"capacity, or size the fleet for fewer workers (workers: in the file, or --num_workers)")
+    return plan_capacity(fleet.pools(), workers) if fleet.pools() else None
+
+
+def _up(fleet: Fleet, plan: CapacityPlan | None, timeout: float) -> int:
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # stopped while starting: stop what was started
+    try:
+        launcher.up(fleet, timeout)
+    except KeyboardInterrupt:
+        print("sf_core.fleet: interrupted; every server it started is stopped", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    servers = fleet.servers()
+    print(f"fleet: {len(servers)} server{'s' if len(servers) != 1 else ''} up, each answering "
+          f"(state and logs in {fleet.run_dir})")
+    _print_capacity(fleet, plan)
+    return EXIT_OK
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _status(fleet: Fleet, plan: CapacityPlan | None) -> int:
+    records = {r["server"]: r for r in launcher.read_state(launcher.state_path(fleet))}
+    healthy = True
+    for name, service in fleet.services.items():
+        if service.skip:
+            print(f"{name}: skipped (served in-process by the run)")
+            continue
+        if service.remote:
+            rows = [(e.address, "remote") for e in service.remote]
+        else:
+            rows = [(s.address, _process_state(records.get(s.name))) for s in service.servers()]
+        for address, process in rows:
+            slots = launcher.slot_states(address, timeout=1.0)
+            healthy &= slots is not None and all(state == "ok" for state in slots)
+            described = ", ".join(f"#{i} {state}" for i, state in enumerate(slots)) if slots else "not answering"
+            print(f"{name} {address}: {process}; slots: {described}")
+    _print_capacity(fleet, plan)
+    return EXIT_OK if healthy else EXIT_UNHEALTHY
+
+
+def _process_state(record: dict | None) -> str:
+    if record is None:
+        return "not started by fleet up"
+    return f"pid {record['pid']} running" if launcher.running(record) else f"pid {record['pid']} gone"
+
+
+def _print_capacity(fleet: Fleet, plan: CapacityPlan | None) -> None:
+    if plan is not None:
+        print("\n".join(plan.table({n: s.deployment() for n, s in fleet.services.items()})))
+    skipped = [n for n, s in fleet.services.items() if s.skip]
+    if skipped:
+        print(f"skipped: {', '.join(skipped)} (not started; served in-process by the run)")
