@@ -82,16 +82,16 @@ def test_a_process_forked_by_the_holder_does_not_keep_the_folder_locked(tmp_path
         try:
             ExperimentLock().acquire(str(tmp_path / "exp"))
             component = os.fork()
-            if component == 0:
+            if component == 0:  # writes once its at-fork handlers ran (a loaded machine may run it late)
+                os.write(write_end, str(os.getpid()).encode())
                 time.sleep(30)
                 os._exit(0)
-            os.write(write_end, str(component).encode())
         finally:
             os._exit(0)
     os.close(write_end)
     component = int(os.read(read_end, 32))
     os.close(read_end)
-    os.waitpid(holder, 0)
+    os.waitpid(holder, 0)  # the holder exits without waiting for the component's write
     try:
         lock = ExperimentLock()
         lock.acquire(str(tmp_path / "exp"))
