@@ -17,7 +17,8 @@ import zmq
 from sf_core.cli.arguments import parse_args
 from sf_core.config import ConfigError
 from sf_core.service.endpoints import ServiceConfigError, parse_service, worker_slice
-from sf_core.service.env_pool import EnvPool, PooledEnv, PoolTimeout, SlotLost
+from sf_core.service.env_pool import EnvPool, PoolTimeout, SlotLost
+from sf_core.service.pooled_env import PooledEnv
 from sf_core.service.remote_env import RemoteEnv, ServiceTimeout
 from tests import launch
 from tests.helpers import EnvServerProcess, read_summary, wait_for
@@ -62,8 +63,12 @@ def test_too_little_capacity_is_rejected_before_anything_starts(tmp_path):
             "worker needs at least one slot (3 < 4)") in result.stderr
     assert not os.path.exists(tmp_path / "x")  # nothing started, nothing written
     with pytest.raises(ConfigError, match=re.escape("= 8 slots // 4 workers = 2 envs per worker")):
-        parse_args(["--env=CartPole-v1", "--num_workers=4", "--num_envs_per_worker=8",
+        parse_args(["--env=CartPole-v1", "--num_workers=4", "--num_envs_per_worker=1",
                     "--env_service=127.0.0.1:5555*4,127.0.0.1:5556*4"])
+    # more envs than the share: planned for slots added while it trains (elastic pools), the rest wait
+    cfg, _ = parse_args(["--env=CartPole-v1", "--num_workers=4", "--num_envs_per_worker=8",
+                         "--env_service=127.0.0.1:5555*4,127.0.0.1:5556*4"])
+    assert cfg.num_envs_per_worker == 8 and cfg.worker_num_splits == 2
 
 
 # ------------------------------------------------------------------ server and client

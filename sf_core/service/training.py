@@ -14,6 +14,7 @@ from sf_core.config import Config, ConfigError
 from sf_core.service.endpoints import (Endpoint, ServiceConfigError, answers_with_capacity, check_training_endpoints,
                                        parse_pools, parse_service, pools_served_in_process, training_share,
                                        worker_slice)
+from sf_core.service.elastic import fleet_source
 from sf_core.service.env_pool import EnvPool
 from sf_core.service.protocol import ServiceError, space_from_json
 from sf_core.service.remote_env import EnvClient, close_context, hello
@@ -74,12 +75,15 @@ def open_worker_pool(cfg: Config, registry: EnvRegistry, worker: int, seed: int,
                 mine += [f"{name}: {s.name}" for s in pools[name].slots]
             else:
                 pools[name] = _env_pool(cfg, [(f"{s.host}:{s.port}", s.index) for s in sliced], None)
+                _follow_fleet(pools[name], cfg.env_service, name, endpoints, (workers, me))
                 mine += [f"{name}: {s}" for s in sliced]
         pool = PoolGroup(pools)
     else:
-        sliced = worker_slice(parse_service(cfg.env_service), workers, me)
+        endpoints = parse_service(cfg.env_service)
+        sliced = worker_slice(endpoints, workers, me)
         mine = [str(s) for s in sliced]
         pool = _env_pool(cfg, [(f"{s.host}:{s.port}", s.index) for s in sliced], cfg.env)
+        _follow_fleet(pool, cfg.env_service, None, endpoints, (workers, me))
     pool.describe(timeout=cfg.env_service_timeout)
     log.info("%s: %d env slots (%s%s)", owner, len(mine), ", ".join(mine[:8]), ", ..." if len(mine) > 8 else "")
     return pool
@@ -87,6 +91,15 @@ def open_worker_pool(cfg: Config, registry: EnvRegistry, worker: int, seed: int,
 
 def _env_pool(cfg: Config, slots: list[tuple[str, int]], env: str | None) -> EnvPool:
     return EnvPool(slots, env, cfg.env_service_timeout, cfg.env_service_recheck_interval)
+
+
+def _follow_fleet(pool: EnvPool, value: str, name: str | None, endpoints: list[Endpoint],
+                  worker: tuple[int, int]) -> None:
+    """On a fleet file, the pool takes its share of the slots added and drained while the run goes on
+    (sf_core/service/elastic.py); `worker`: (how many rollout workers, which one)."""
+    source = fleet_source(value, name, endpoints, *worker)
+    if source is not None:
+        pool.follow(source)
 
 
 def envs_built_in_process(cfg: Config) -> tuple[str, ...]:
