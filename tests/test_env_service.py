@@ -241,14 +241,14 @@ def test_pool_acquires_with_timeout_fails_over_and_readmits(tmp_path):
         a.kill()
         with pytest.raises(SlotLost):
             on_a.step(0)
-        assert pool.counts() == {"idle": 0, "busy": 1, "error": 1, "stopped": 0}
+        assert pool.counts() == {"idle": 0, "busy": 1, "error": 1, "stopped": 0, "joining": 0, "draining": 0}
         on_b.close()  # restored to a fresh instance and back in the pool
         obs, _ = on_a.reset(seed=4)  # the env continues on the other slot
         assert on_a.slot.address.endswith(str(b.port)) and obs.shape == (4,)
         on_a.close()
         a.start()
         wait_for(lambda: pool.health_check() or pool.counts()["error"] == 0, 15, "the restarted slot re-admitted")
-        assert pool.counts() == {"idle": 2, "busy": 0, "error": 0, "stopped": 0}
+        assert pool.counts() == {"idle": 2, "busy": 0, "error": 0, "stopped": 0, "joining": 0, "draining": 0}
         assert pool.readmitted_total == 1
     finally:
         for env in envs:

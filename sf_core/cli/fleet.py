@@ -17,7 +17,7 @@ from sf_core.service.addresses import ServiceConfigError
 from sf_core.service.capacity import CapacityPlan, describe, plan_capacity
 from sf_core.service.elastic import Member
 from sf_core.service.fleet_control import FleetControl
-from sf_core.service.fleet_file import Fleet, FleetError, fleet_run_dir, load_fleet
+from sf_core.service.fleet_file import Fleet, FleetError, Service, fleet_run_dir, load_fleet
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE = 0, 1, 2
 COMMANDS = ("up", "down", "status", "add", "drain")
@@ -131,11 +131,11 @@ def _status(fleet: Fleet, plan: CapacityPlan | None) -> int:
         for m in control.members(name):
             by_address.setdefault(m.address, []).append(m)
         for address, mine in by_address.items():
-            process = _process_state(records[address]) if address in records else (
-                "remote" if any(m.added is None for m in mine) else "added, started elsewhere")
+            process = _where(service, mine, records.get(address))
             slots = launcher.slot_states(address, timeout=1.0)
             drained = {m.slot.index for m in mine if m.drained}
-            healthy &= slots is not None and all(s == "ok" for i, s in enumerate(slots) if i not in drained)
+            if len(drained) < len(mine):  # a server drained whole may be gone
+                healthy &= slots is not None and all(s == "ok" for i, s in enumerate(slots) if i not in drained)
             described = ", ".join(f"#{i} {state}" + (" (drained)" if i in drained else "")
                                   for i, state in enumerate(slots)) if slots else "not answering"
             print(f"{name} {address}: {process}; slots: {described}")
@@ -167,6 +167,17 @@ def _drain(args: argparse.Namespace) -> int:
     stopped = control.stop_servers([t for t in targets if "#" not in t], args.grace_period)
     print(f"fleet: every slot drained is closed" + (f"; stopped {', '.join(stopped)}" if stopped else ""))
     return EXIT_OK
+
+
+def _where(service: Service, mine: list[Member], record: dict | None) -> str:
+    """What runs a server: a process the fleet started (and its state), or something else."""
+    if record is not None:
+        return _process_state(record)
+    if all(m.drained for m in mine):
+        return "drained"
+    if any(m.added is None for m in mine):
+        return "remote" if service.remote else "not started by fleet up"
+    return "added, started elsewhere"
 
 
 def _process_state(record: dict | None) -> str:
