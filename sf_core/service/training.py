@@ -159,5 +159,12 @@ def share_among_samplers(cfg: Config, samplers: int) -> Config:
             f"--env_service has {slots} slots{' per pool' if len(pools) > 1 else ''} for {samplers} samplers × "
             f"--num_workers={cfg.num_workers} = {workers} rollout workers: on a cluster every node's workers share "
             f"the slots, and each needs at least one; use {advice}, or add capacity") from None
-    splits = max(d for d in range(1, cfg.worker_num_splits + 1) if share % d == 0)
-    return replace(cfg, num_envs_per_worker=share, worker_num_splits=splits)
+    # more envs than one node's share was typed: the run is planned for slots added while it trains
+    envs = max(share, cfg.num_envs_per_worker) if cfg.num_envs_per_worker > one_node_share(cfg) else share
+    splits = max(d for d in range(1, cfg.worker_num_splits + 1) if envs % d == 0)
+    return replace(cfg, num_envs_per_worker=envs, worker_num_splits=splits)
+
+
+def one_node_share(cfg: Config) -> int:
+    """Each worker's share as the flags were resolved, for one node's --num_workers."""
+    return training_share(cfg.env_service, cfg.num_workers)[0]
