@@ -221,7 +221,8 @@ def test_training_grows_with_slots_added_and_shrinks_with_slots_drained_losing_n
         status = fleet_cli("status", str(path))
         assert status.returncode == 0, status.stdout + status.stderr
         assert f"sim 127.0.0.1:{base}: drained; slots: not answering" in status.stdout
-        assert re.search(f"sim 127.0.0.1:{base + 1}: pid \\d+ running; slots: #0 ok, #1 ok, #2 ok, #3 ok", status.stdout)
+        assert re.search(f"sim 127.0.0.1:{base + 1}: pid \\d+ running; slots: #0 ok, #1 ok, #2 ok, #3 ok",
+                         status.stdout)
         trainer.send_signal(signal.SIGINT)
         assert trainer.wait(timeout=60) in (0, 130), log_path.read_text()[-3000:]
     finally:

@@ -356,9 +356,9 @@ class RolloutWorker(Component):
             runner.finished_episodes, runner.finished_matches, runner.finished_objectives = [], [], []
             runner.finished_metrics, runner.skipped_metrics = [], {}
         self.skips_reported.update(skipped)
+        service = self.waits.report(self.pool) if self.pool is not None else None
         REPORT.emit(self, RolloutReport(self.worker, self.frames, episodes, self.env_seconds, self.env_faults,
-                                        self.waits.report(self.pool) if self.pool is not None else None, matches, objectives, metrics=metrics,
-                                        skipped_metrics=skipped))
+                                        service, matches, objectives, metrics=metrics, skipped_metrics=skipped))
         self.frames, self.env_seconds, self.env_faults = 0, 0.0, 0
 
     @guarded
