@@ -69,6 +69,9 @@ def test_too_little_capacity_is_rejected_before_anything_starts(tmp_path):
     cfg, _ = parse_args(["--env=CartPole-v1", "--num_workers=4", "--num_envs_per_worker=8",
                          "--env_service=127.0.0.1:5555*4,127.0.0.1:5556*4"])
     assert cfg.num_envs_per_worker == 8 and cfg.worker_num_splits == 2
+    with pytest.raises(ConfigError, match=re.escape("with --async_rl=False a dataset needs every env")):
+        parse_args(["--env=CartPole-v1", "--num_workers=4", "--num_envs_per_worker=8", "--async_rl=False",
+                    "--env_service=127.0.0.1:5555*4,127.0.0.1:5556*4"])
 
 
 # ------------------------------------------------------------------ server and client

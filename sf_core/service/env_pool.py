@@ -60,7 +60,8 @@ class EnvPool:
         self.cond = threading.Condition()
         self.readmitted_total = self.failed_total = self.joined_total = self.drained_total = 0
         self.source: PoolSource | None = None  # the fleet's changes this pool follows (elastic pools)
-        self.to_close: list[Slot] = []  # slots that left, to close on their servers
+        self.to_close: list[tuple[Slot, bool]] = []  # slots that left: their sockets to close, and whether the
+        # server's instance too (not a failed one's: its server may be gone)
         # failed, added and drained slots are dealt with on a background thread, started at the first of them,
         # so that the caller's loop (a rollout worker's, with live envs on other slots) never waits on a server
         self.checker: SlotChecker | None = None
@@ -226,7 +227,7 @@ class EnvPool:
                 elif slot.state is SlotState.DRAINING:
                     slot.state = SlotState.BUSY  # the drain is called off: its holder keeps it
             names = {s.name for s in new}
-            self.to_close = [s for s in self.to_close if s.name not in names]  # back before it was closed
+            self.to_close = [(s, c) for s, c in self.to_close if s.name not in names]  # back before it was closed
             self.slots = self.slots + new
         if new:
             self._start_checker()
@@ -259,8 +260,7 @@ class EnvPool:
         self.slots = [s for s in self.slots if s is not slot]
         slot.state = SlotState.STOPPED
         self.drained_total += 1
-        if close:
-            self.to_close.append(slot)
+        self.to_close.append((slot, close))
 
     # ---------------------------------------------------------------- the background thread
     def _start_checker(self) -> None:

@@ -33,7 +33,7 @@ class CheckedPool(Protocol):
     cond: threading.Condition
     closed: threading.Event
     source: PoolSource | None
-    to_close: list[Slot]
+    to_close: list[tuple[Slot, bool]]
     timeout: float
     recheck_interval: float
     readmitted_total: int
@@ -125,12 +125,13 @@ def check_due_slots(pool: CheckedPool) -> int:
 
 def close_left_slots(pool: CheckedPool, timeout: float) -> None:
     """Close on their servers the slots that left the pool (`close` frees their instances), each waited for at
-    most `timeout`: a server that is gone or busy only makes its own slot stay open."""
+    most `timeout`: a server that is gone or busy only makes its own slot stay open. Then their sockets."""
     with pool.cond:
         slots, pool.to_close = pool.to_close, []
-    for slot in slots:
+    for slot, close in slots:
         try:
-            pool._connect(slot, timeout).client.request({"cmd": "close", "slot": slot.index}, timeout=timeout)
+            if close:
+                pool._connect(slot, timeout).client.request({"cmd": "close", "slot": slot.index}, timeout=timeout)
         except ServiceError as exc:
             log.info("env slot %s left the pool; closing it on its server failed: %s", slot.name, exc)
         if slot.env is not None:
