@@ -61,6 +61,7 @@ def open_worker_pool(cfg: Config, registry: EnvRegistry, worker: int, seed: int,
     index, samplers = sampler
     workers, me = cfg.num_workers * samplers, index * cfg.num_workers + worker
     pool: EnvPool | PoolGroup
+    follow: list[tuple[EnvPool, str | None, list[Endpoint]]] = []  # pools on servers, and what they serve
     if is_skip(cfg.env_service):  # this worker's own envs, served in-process without sockets
         pool = _in_process_pool(cfg, registry, cfg.env, cfg.num_envs_per_worker, seed + 10_007 * worker, owner)
         mine = [s.name for s in pool.slots]
@@ -75,7 +76,7 @@ def open_worker_pool(cfg: Config, registry: EnvRegistry, worker: int, seed: int,
                 mine += [f"{name}: {s.name}" for s in pools[name].slots]
             else:
                 pools[name] = _env_pool(cfg, [(f"{s.host}:{s.port}", s.index) for s in sliced], None)
-                _follow_fleet(pools[name], cfg.env_service, name, endpoints, (workers, me))
+                follow.append((pools[name], name, endpoints))
                 mine += [f"{name}: {s}" for s in sliced]
         pool = PoolGroup(pools)
     else:
@@ -83,23 +84,17 @@ def open_worker_pool(cfg: Config, registry: EnvRegistry, worker: int, seed: int,
         sliced = worker_slice(endpoints, workers, me)
         mine = [str(s) for s in sliced]
         pool = _env_pool(cfg, [(f"{s.host}:{s.port}", s.index) for s in sliced], cfg.env)
-        _follow_fleet(pool, cfg.env_service, None, endpoints, (workers, me))
+        follow.append((pool, None, endpoints))
     pool.describe(timeout=cfg.env_service_timeout)
+    for served, name, endpoints in follow:  # on a fleet file: slots added and drained while the run goes on
+        if (source := fleet_source(cfg.env_service, name, endpoints, workers, me)) is not None:
+            served.follow(source)
     log.info("%s: %d env slots (%s%s)", owner, len(mine), ", ".join(mine[:8]), ", ..." if len(mine) > 8 else "")
     return pool
 
 
 def _env_pool(cfg: Config, slots: list[tuple[str, int]], env: str | None) -> EnvPool:
     return EnvPool(slots, env, cfg.env_service_timeout, cfg.env_service_recheck_interval)
-
-
-def _follow_fleet(pool: EnvPool, value: str, name: str | None, endpoints: list[Endpoint],
-                  worker: tuple[int, int]) -> None:
-    """On a fleet file, the pool takes its share of the slots added and drained while the run goes on
-    (sf_core/service/elastic.py); `worker`: (how many rollout workers, which one)."""
-    source = fleet_source(value, name, endpoints, *worker)
-    if source is not None:
-        pool.follow(source)
 
 
 def envs_built_in_process(cfg: Config) -> tuple[str, ...]:
