@@ -46,7 +46,8 @@ import gymnasium as gym  # noqa: E402
 import zmq  # noqa: E402
 
 from sf_core.cli.arguments import add_bool_argument  # noqa: E402
-from sf_core.service.env_pool import EnvPool, PooledEnv  # noqa: E402
+from sf_core.service.env_pool import EnvPool  # noqa: E402
+from sf_core.service.pooled_env import PooledEnv  # noqa: E402
 from sf_core.service.remote_env import RemoteEnv  # noqa: E402
 
 

@@ -17,7 +17,8 @@ import pytest
 from sf_core.envs.registry import EnvRegistry
 from sf_core import register_env
 from sf_core.service.batch_step import BatchStepper, StepResult
-from sf_core.service.env_pool import EnvPool, PooledEnv, SlotLost
+from sf_core.service.env_pool import EnvPool, SlotLost
+from sf_core.service.pooled_env import PooledEnv
 from sf_core.service.env_server import EnvServer
 from sf_core.service.protocol import pack
 from tests.helpers import train

@@ -13,7 +13,8 @@ import pytest
 
 from sf_core.envs.registry import EnvRegistry
 from sf_core.service.concurrent_calls import Services, step_at_once
-from sf_core.service.env_pool import EnvPool, PooledEnv, SlotLost
+from sf_core.service.env_pool import EnvPool, SlotLost
+from sf_core.service.pooled_env import PooledEnv
 from sf_core.service.env_server import EnvServer
 from sf_core.service.service_set import PoolGroup, ServiceSet, ServiceSetEnv
 from sf_core.service.skip import serve_in_process, stop_in_process

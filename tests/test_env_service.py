@@ -17,7 +17,8 @@ import zmq
 from sf_core.cli.arguments import parse_args
 from sf_core.config import ConfigError
 from sf_core.service.endpoints import ServiceConfigError, parse_service, worker_slice
-from sf_core.service.env_pool import EnvPool, PooledEnv, PoolTimeout, SlotLost
+from sf_core.service.env_pool import EnvPool, PoolTimeout, SlotLost
+from sf_core.service.pooled_env import PooledEnv
 from sf_core.service.remote_env import RemoteEnv, ServiceTimeout
 from tests import launch
 from tests.helpers import EnvServerProcess, read_summary, wait_for
@@ -62,7 +63,14 @@ def test_too_little_capacity_is_rejected_before_anything_starts(tmp_path):
             "worker needs at least one slot (3 < 4)") in result.stderr
     assert not os.path.exists(tmp_path / "x")  # nothing started, nothing written
     with pytest.raises(ConfigError, match=re.escape("= 8 slots // 4 workers = 2 envs per worker")):
-        parse_args(["--env=CartPole-v1", "--num_workers=4", "--num_envs_per_worker=8",
+        parse_args(["--env=CartPole-v1", "--num_workers=4", "--num_envs_per_worker=1",
+                    "--env_service=127.0.0.1:5555*4,127.0.0.1:5556*4"])
+    # more envs than the share: planned for slots added while it trains (elastic pools), the rest wait
+    cfg, _ = parse_args(["--env=CartPole-v1", "--num_workers=4", "--num_envs_per_worker=8",
+                         "--env_service=127.0.0.1:5555*4,127.0.0.1:5556*4"])
+    assert cfg.num_envs_per_worker == 8 and cfg.worker_num_splits == 2
+    with pytest.raises(ConfigError, match=re.escape("with --async_rl=False a dataset needs every env")):
+        parse_args(["--env=CartPole-v1", "--num_workers=4", "--num_envs_per_worker=8", "--async_rl=False",
                     "--env_service=127.0.0.1:5555*4,127.0.0.1:5556*4"])
 
 
@@ -236,14 +244,14 @@ def test_pool_acquires_with_timeout_fails_over_and_readmits(tmp_path):
         a.kill()
         with pytest.raises(SlotLost):
             on_a.step(0)
-        assert pool.counts() == {"idle": 0, "busy": 1, "error": 1, "stopped": 0}
+        assert pool.counts() == {"idle": 0, "busy": 1, "error": 1, "stopped": 0, "joining": 0, "draining": 0}
         on_b.close()  # restored to a fresh instance and back in the pool
         obs, _ = on_a.reset(seed=4)  # the env continues on the other slot
         assert on_a.slot.address.endswith(str(b.port)) and obs.shape == (4,)
         on_a.close()
         a.start()
         wait_for(lambda: pool.health_check() or pool.counts()["error"] == 0, 15, "the restarted slot re-admitted")
-        assert pool.counts() == {"idle": 2, "busy": 0, "error": 0, "stopped": 0}
+        assert pool.counts() == {"idle": 2, "busy": 0, "error": 0, "stopped": 0, "joining": 0, "draining": 0}
         assert pool.readmitted_total == 1
     finally:
         for env in envs:

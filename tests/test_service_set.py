@@ -116,7 +116,7 @@ def test_training_flags_take_named_pools_with_the_arithmetic(tmp_path):
     assert cfg.num_envs_per_worker == 2  # the smaller share: 4 reward slots // 2 workers
     with pytest.raises(ConfigError, match=r"pool reward: 4 slots // 2 workers = 2\) = 2 envs per worker"):
         parse_args(["--env=SimWithReward-v0", f"--env_service={path}", "--num_workers=2",
-                    "--num_envs_per_worker=4"])
+                    "--num_envs_per_worker=1"])
     with pytest.raises(ConfigError, match="each rollout worker needs at least one slot"):
         parse_args(["--env=SimWithReward-v0", f"--env_service={path}", "--num_workers=5"])
 

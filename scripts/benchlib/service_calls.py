@@ -108,7 +108,8 @@ def least_loaded_phase(args: argparse.Namespace) -> list[dict]:
 def shared_pool_rate(slots: list[tuple[str, int]], choice, fast: str, args: argparse.Namespace) -> dict:
     """Steps/s of --runners threads leasing slots of one pool for tasks of --task_steps steps, over
     --seconds after --warmup; and the share of the steps the fast server took."""
-    from sf_core.service.env_pool import EnvPool, PooledEnv
+    from sf_core.service.env_pool import EnvPool
+    from sf_core.service.pooled_env import PooledEnv
 
     pool = EnvPool(slots, "SleepyCartPole-v1", choice=choice)
     stop = threading.Event()

@@ -80,9 +80,9 @@ class Config:
     env_service: str = flag(
         "", "env", "Envs served by env servers (python -m sf_core.env_server) instead of built in the workers: host:"
         "port*capacity,... (e.g. 127.0.0.1:5555*4,127.0.0.1:5556*4) or a YAML file of endpoints, pools or a fleet. "
-        "--env names the env they serve. The slots are divided among rollout workers in contiguous slices; "
-        "--num_envs_per_worker becomes each worker's share. skip:ENV (ENV = --env) serves each worker's envs "
-        "in-process through the same pool and protocol, without sockets. See docs/env_services.md.")
+        "--env names the env they serve. The slots are divided among rollout workers in contiguous slices; --num_envs_"
+        "per_worker becomes each worker's share (typed higher: the most it grows to as slots are added while it "
+        "trains). skip:ENV serves each worker's envs (of --env) in-process. See docs/env_services.md.")
     env_service_skip: str = flag("", "env", "POOL=ENV,...: pools of the --env_service YAML file that each worker "
                                  "serves in-process, as skip:ENV does a whole run (e.g. reward=MockReward-v0).")
     env_service_timeout: float = flag(
@@ -91,8 +91,8 @@ class Config:
     env_service_recheck_interval: float = flag(
         1.0, "env", "Seconds between health checks of a failed slot; a slot that answers again is re-admitted.")
     env_service_down_timeout: float = flag(
-        300.0, "env", "Training stops (naming the addresses) when a worker's envs have found no healthy slot "
-        "for this many seconds; until then they wait while the other workers train.")
+        300.0, "env", "Training stops (naming the addresses) when a worker's envs have found no healthy slot for this "
+        "many seconds while slots are failed (or none is left); until then they wait while the other workers train.")
 
     # --- rollout
     num_workers: int = flag(max(1, os.cpu_count() or 1), "rollout", "Rollout worker processes (on a cluster, per node). Untyped: one per usable core (sf_core/machine/fit.py).")

@@ -38,10 +38,10 @@ class BufferLayout:
         # trains. Sync: just enough for one dataset, so workers wait for the new weights (policy lag 0
         # when the dataset is a whole number of rounds; otherwise bounded by the sets per split).
         if cfg.async_rl:
-            # With --env_service, a worker whose slots are all down stops producing for a while: room for
-            # the splits of one live worker to fill a dataset alone, or the others would wait for it
-            producers = (cfg.worker_num_splits * cfg.envs_per_split() if cfg.env_service
-                         else trajectories_per_round)
+            # With --env_service, splits without slots (down, drained, or not added yet: more envs than
+            # slots) produce nothing for a while: room for one live split to fill a dataset alone, or the
+            # learner would wait for trajectories that the live splits have no slot to write
+            producers = rows if cfg.env_service else trajectories_per_round
             sets = math.ceil(dataset_trajectories / producers) + 1
         else:
             # a slot is freed only once all its trajectories are copied, so a dataset that splits a

@@ -83,11 +83,14 @@ Metric = tuple[int, str, float]
 class ServiceReport:
     """--env_service: a rollout worker's slots right now, and its slot events since its last report."""
 
-    slot_counts: dict[str, int]  # slots by state: idle (spare), busy, error, stopped
+    slot_counts: dict[str, int]  # slots by state: idle (spare), busy, error, stopped, joining, draining
     slot_faults: int
     interrupted_episodes: int
     readmitted: int
     waiting_envs: int
+    joined: int = 0  # slots added that joined the pool (elastic pools)
+    drained: int = 0  # slots that left it, drained
+    drain_cut_episodes: int = 0  # episodes ended early where a drained slot was given back after a rollout
 
 
 @dataclass

@@ -30,6 +30,7 @@ from sf_core.service.endpoints import (
     parse_pools,
     parse_service,
 )
+from sf_core.service.elastic import fleet_source
 from sf_core.service.env_pool import EnvPool
 from sf_core.service.fleet_file import load_fleet
 from sf_core.service.remote_env import close_context
@@ -75,6 +76,9 @@ def make_plan(args: argparse.Namespace, tasks: list[dict]) -> Plan:
         pools = {name: EnvPool([(e.address, i) for e in endpoints[name][1] for i in range(e.capacity)],
                                endpoints[name][0], args.env_service_timeout, args.env_service_recheck_interval)
                  for name in needed}
+        for name, pool in pools.items():  # on a fleet file: slots added and drained while it runs
+            if (source := fleet_source(args.env_service, name, endpoints[name][1])) is not None:
+                pool.follow(source)
         slots = sum(len(p.slots) for p in pools.values())
         default_runners = math.ceil(slots / max(1, args.num_workers))  # enough for every slot to be busy
     else:

@@ -57,6 +57,7 @@ class TrainingStats:
         self.slot_faults = 0
         self.slot_readmissions = 0
         self.interrupted_episodes = 0
+        self.elastic = {"slots_joined": 0, "slots_drained": 0, "drain_cut_episodes": 0}  # elastic pools, totals
         self.cluster: ClusterStats | None = None  # --ray_address: frames per node, samplers lost and restarted
         self.previous_seconds: float = 0.0  # training time of earlier sessions of a resumed experiment
         # how many components share each kind of work, to turn busy seconds into a busy fraction
@@ -118,6 +119,8 @@ class TrainingStats:
             self.slot_faults += service.slot_faults
             self.slot_readmissions += service.readmitted
             self.interrupted_episodes += service.interrupted_episodes
+            for key, n in zip(self.elastic, (service.joined, service.drained, service.drain_cut_episodes)):
+                self.elastic[key] += n
         for ret, length, agent, policy in report.episodes:
             self.returns.append(ret)
             self.lengths.append(length)
@@ -234,7 +237,7 @@ class TrainingStats:
             "worker_restarts": self.worker_restarts,
             "checkpoints_saved": self.checkpoints_saved,
             "slot_faults": self.slot_faults, "slot_readmissions": self.slot_readmissions,
-            "interrupted_episodes": self.interrupted_episodes,
+            "interrupted_episodes": self.interrupted_episodes, **self.elastic,
             "final_learner_stats": dict(self.learner), "inference_versions": dict(self.inference_versions),
             "agent_mean_returns": self.agent_mean_returns(), "episode_metrics": self.metrics.means(),
             **({"evaluation": self.evaluation} if self.evaluation else {}),
@@ -318,12 +321,13 @@ class TrainingStats:
 
     def service_totals(self) -> dict[str, int]:
         """Slot counts over all workers: idle (spare), busy, error, stopped, and envs waiting for a slot."""
-        keys = ("idle", "busy", "error", "stopped", "waiting_envs")
+        keys = ("idle", "busy", "error", "stopped", "joining", "draining", "waiting_envs")
         return {key: sum(s.get(key, 0) for s in self.service.values()) for key in keys}
 
     def service_line(self) -> str:
         t = self.service_totals()
         line = f" | env slots: {t['busy']} busy, {t['idle']} spare, {t['error']} failed"
+        line += "".join(f", {t[key]} {key}" for key in ("joining", "draining") if t[key])
         if t["waiting_envs"]:
             line += f", {t['waiting_envs']} envs waiting (reduced capacity)"
         return line

@@ -22,10 +22,11 @@ from sf_core.contracts.buffers import BufferLayout, TrajectoryBuffers
 from sf_core.contracts.component import Component, guarded
 from sf_core.contracts.control import ControlBlock
 from sf_core.contracts.sample import RowOrigin
-from sf_core.contracts.signals import NEW_TRAJECTORIES, POLICY_REQUEST, REPORT, RolloutReport, ServiceReport
+from sf_core.contracts.signals import NEW_TRAJECTORIES, POLICY_REQUEST, REPORT, RolloutReport
 from sf_core.sampling.native_vector_runner import NativeVectorRunner
 from sf_core.sampling.nonbatched_env_runner import NonBatchedEnvRunner
 from sf_core.sampling.policy_mapping import PolicyMapping
+from sf_core.sampling.slot_waits import SlotWaits
 from sf_core.sampling.split_runner import EnvStepError, SplitRunner
 from sf_core.sampling.split_stepper import SplitSteppers
 from sf_core.sampling.vector_env_runner import VectorEnvRunner
@@ -68,13 +69,11 @@ class RolloutWorker(Component):
         self.env_seconds = 0.0
         self.env_faults = 0
         self.timer: Timer | None = None
-        # --env_service: this worker's slots, and splits waiting for a healthy slot (split -> since when)
+        # --env_service: this worker's slots, and its splits waiting for slots (sf_core/sampling/slot_waits.py)
         self.pool: EnvPool | PoolGroup | None = None
         self.steppers: SplitSteppers | None = None  # remote splits step on threads, all at once
-        self.parked: dict[int, float] = {}
-        self.slot_faults = 0
-        self.interrupted_episodes = 0  # episodes cut by a slot failure: never reported as finished
-        self.readmitted_reported = 0
+        self.waits = SlotWaits(layout.envs_per_split, cfg.env_service_down_timeout)
+        self.parked = self.waits.parked  # split -> since when
         self.skips_reported: set[str] = set()  # episode metrics whose skipped values the runner heard of
         self.stopping = False
         self.report_timing()  # and its on_start, from the loop's start
@@ -161,19 +160,44 @@ class RolloutWorker(Component):
             if self.awaiting[split] > 0:  # another policy has yet to act on this row
                 continue
             runner = self.runners[split]
-            if runner.trajectory_complete():
-                runner.faults_in_a_row = 0
-                self._send_trajectories(runner.slot)
-                if not runner.next_slot():
-                    self.waiting_for_slot.add(split)
-                    continue
-                if not self.cfg.async_rl:
-                    # sync: the action carried into row 0 predates the weights trained meanwhile
-                    self._request(split, RowOrigin.CARRIED)
-                    continue
-            self._step(split)
+            if not runner.trajectory_complete():
+                self._step(split)
+                continue
+            runner.faults_in_a_row = 0
+            self._send_trajectories(runner.slot)
+            self._leave_draining_slots(split)
+            if runner.next_slot():
+                self._continue(split)
+            else:
+                self.waiting_for_slot.add(split)
         if len(self.runners) < self.layout.num_splits:
             self._make_splits()
+
+    def _continue(self, split: int) -> None:
+        """The split's next trajectory starts in the slot it just moved to: where the last one stopped, or with
+        new episodes after it let go of a drained env slot."""
+        if split in self.waits.restarting:
+            self.waits.restarting.discard(split)
+            failure = self._restart_episodes(split)
+            if failure is not None:
+                self._park(split, failure)
+            else:
+                self._request(split, RowOrigin.AFTER_RESET)
+        elif self.cfg.async_rl:
+            self._step(split)
+        else:  # sync: the action carried into row 0 predates the weights trained meanwhile
+            self._request(split, RowOrigin.CARRIED)
+
+    def _leave_draining_slots(self, split: int) -> None:
+        """Elastic pools: the split's trajectory is complete and sent, so an env slot being drained is given
+        back now (it leaves the pool and is closed on its server). The split's episodes in progress end
+        there: its next trajectory starts new ones, on other slots where needed (or waits for them)."""
+        runner = self.runners[split]
+        if self.pool is None or not runner.let_go_draining():
+            return
+        self.waits.drained(split)
+        log.info("%s: split %d gave back a drained env slot after its rollout; its %d env(s) start new episodes",
+                 self.name, split, self.layout.envs_per_split)
 
     def _step(self, split: int) -> None:
         self.beat("stepping envs")
@@ -250,8 +274,7 @@ class RolloutWorker(Component):
         free the split waits (parked) and `retry_parked` tries again every recheck interval."""
         if self.stopping:  # the pool closed under a step still queued: nothing failed
             return
-        self.slot_faults += 1
-        self.interrupted_episodes += self.layout.envs_per_split
+        self.waits.failed()
         log.warning("%s: %s; split %d drops its unfinished trajectory and continues on another slot",
                     self.name, error, split)
         self.beat("recovering env slots")
@@ -273,28 +296,33 @@ class RolloutWorker(Component):
         return None
 
     def _park(self, split: int, error: Exception) -> None:
-        self.parked.setdefault(split, time.time())
-        log.warning("%s: split %d waits for a healthy env slot (%s)", self.name, split, error)
+        """No slot for every env of the split: it waits, holding none, so that its envs' slots serve another
+        split meanwhile (a split steps only with all of its envs)."""
+        assert self.pool is not None  # only splits on env slots park
+        self.runners[split].let_go_slots()
+        self.waits.park(split)
+        if self.pool.waits_on_servers():
+            log.warning("%s: split %d waits for a healthy env slot (%s)", self.name, split, error)
+        else:  # more envs than slots (planned for slots to come, or some drained): nothing is down
+            log.info("%s: split %d waits for a free env slot: this worker has fewer slots than envs [%s]; it runs "
+                     "when slots are added", self.name, split, self.pool.summary())
 
     @guarded
     def retry_parked(self) -> None:
         """Every recheck interval: parked splits try to get slots again (the pool health-checks failed
-        ones meanwhile, re-admitting those that answer). Training stops only after
-        --env_service_down_timeout without any."""
+        ones meanwhile, re-admitting those that answer, and takes in slots added). Training stops only after
+        --env_service_down_timeout without any while slots are failed; waiting for slots to be added (no slot
+        failed) has no limit."""
         if self.stopping:
             return
-        for split, since in sorted(self.parked.items()):
+        for split in sorted(self.parked):
             self.beat("waiting for env slots")
             failure = self._restart_episodes(split)
             if failure is not None:
-                waited = time.time() - since
-                if waited > self.cfg.env_service_down_timeout:
-                    raise EnvStepError(f"split {split} found no healthy env slot for {waited:.0f}s "
-                                       f"(--env_service_down_timeout={self.cfg.env_service_down_timeout:g}): "
-                                       f"{failure}") from failure
+                self.runners[split].let_go_slots()
+                self.waits.still_waiting(split, self.pool, failure)
                 continue
-            del self.parked[split]
-            log.info("%s: split %d runs again after %.1fs without a slot", self.name, split, time.time() - since)
+            log.info("%s: split %d runs again after %.1fs without a slot", self.name, split, self.waits.resumed(split))
             self._request(split, RowOrigin.AFTER_RESET)
 
     @guarded
@@ -310,10 +338,7 @@ class RolloutWorker(Component):
             self.runners[split].release(k)
             if split in self.waiting_for_slot and self.runners[split].next_slot():
                 self.waiting_for_slot.discard(split)
-                if self.cfg.async_rl:
-                    self._step(split)
-                else:  # see advance(): act with the new weights, not the carried action
-                    self._request(split, RowOrigin.CARRIED)
+                self._continue(split)
 
     @guarded
     def send_report(self) -> None:
@@ -331,19 +356,10 @@ class RolloutWorker(Component):
             runner.finished_episodes, runner.finished_matches, runner.finished_objectives = [], [], []
             runner.finished_metrics, runner.skipped_metrics = [], {}
         self.skips_reported.update(skipped)
+        service = self.waits.report(self.pool) if self.pool is not None else None
         REPORT.emit(self, RolloutReport(self.worker, self.frames, episodes, self.env_seconds, self.env_faults,
-                                        self._service_report(), matches, objectives, metrics=metrics,
-                                        skipped_metrics=skipped))
+                                        service, matches, objectives, metrics=metrics, skipped_metrics=skipped))
         self.frames, self.env_seconds, self.env_faults = 0, 0.0, 0
-
-    def _service_report(self) -> ServiceReport | None:
-        if self.pool is None:
-            return None
-        readmitted = self.pool.readmitted_total
-        report = ServiceReport(self.pool.counts(), self.slot_faults, self.interrupted_episodes,
-                               readmitted - self.readmitted_reported, len(self.parked) * self.layout.envs_per_split)
-        self.slot_faults, self.interrupted_episodes, self.readmitted_reported = 0, 0, readmitted
-        return report
 
     @guarded
     def stop(self) -> None:

@@ -28,7 +28,8 @@ from sf_core.contracts.sample import CARRIED
 from sf_core.contracts.signals import Episode, Match, Metric
 from sf_core.sampling.episode_metrics import episode_metrics
 from sf_core.sampling.policy_mapping import AgentPolicies, PolicyMapping
-from sf_core.service.env_pool import EnvPool, PooledEnv
+from sf_core.service.env_pool import EnvPool
+from sf_core.service.pooled_env import PooledEnv
 from sf_core.service.service_set import PoolGroup, ServiceSet, ServiceSetEnv
 
 BUILT_IN_OBJECTIVES = ("episode_return", "win_rate")
@@ -170,6 +171,19 @@ class SplitRunner:
         self.episode_return[:] = 0.0
         self.episode_length[:] = 0
         self.reset(self.slot)
+
+    def let_go_draining(self) -> bool:
+        """Envs on a slot being drained give it back (it leaves the pool); whether any did."""
+        draining = [env for env in self.envs if getattr(env, "draining", False)]
+        for env in draining:
+            env.let_go()
+        return bool(draining)
+
+    def let_go_slots(self) -> None:
+        """Every env gives its slot back (restored), for another split to use while this one waits."""
+        for env in self.envs:
+            if hasattr(env, "let_go"):
+                env.let_go()
 
     def recreated(self) -> "SplitRunner":
         """Fresh envs for this split, keeping its slot bookkeeping (after an env fault)."""

@@ -20,7 +20,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from sf_core.service.env_pool import PooledEnv, SlotLost
+from sf_core.service.pooled_env import PooledEnv
+from sf_core.service.slot import SlotLost
 from sf_core.service.protocol import leaf_spaces, max_message_bytes, space_array
 from sf_core.service.remote_env import RemoteEnv, ServerChannel, ServiceError, ServiceTimeout
 

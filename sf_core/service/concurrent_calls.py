@@ -33,7 +33,8 @@ from typing import Any, Callable, Mapping
 
 import gymnasium as gym
 
-from sf_core.service.env_pool import PooledEnv, Slot
+from sf_core.service.pooled_env import PooledEnv
+from sf_core.service.slot import Slot
 from sf_core.service.remote_env import EnvClient, RemoteEnv, ServiceError, ServiceTimeout
 
 

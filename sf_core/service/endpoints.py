@@ -140,9 +140,11 @@ def set_by_services(values: dict) -> set[str]:
 
 def apply_to_training(values: dict, typed: set[str]) -> None:
     """With --env_service, a worker's envs are its share of the slots: set --num_envs_per_worker to it
-    (and lower an untyped --worker_num_splits to a divisor of it). Raises with the arithmetic when the
-    capacity cannot feed the workers or contradicts a typed flag. Skip mode keeps --num_envs_per_worker:
-    each worker serves that many envs in-process. Without --env_service, nothing changes."""
+    (and lower an untyped --worker_num_splits to a divisor of it). A typed --num_envs_per_worker above the
+    share is kept: the run is planned for slots to be added while it trains (elastic pools), and the envs
+    beyond the slots wait for them. Raises with the arithmetic when the capacity cannot feed the workers or
+    a typed flag is below the share. Skip mode keeps --num_envs_per_worker: each worker serves that many envs
+    in-process. Without --env_service, nothing changes."""
     if not values["env_service"]:
         return
     if is_skip(values["env_service"]):
@@ -151,18 +153,19 @@ def apply_to_training(values: dict, typed: set[str]) -> None:
     if "num_workers" not in typed and (workers := fleet_workers(values["env_service"])):
         values["num_workers"] = workers  # the workers the fleet is sized for
     share, arithmetic = training_share(values["env_service"], values["num_workers"])
-    if "num_envs_per_worker" in typed and values["num_envs_per_worker"] != share:
+    if "num_envs_per_worker" in typed and values["num_envs_per_worker"] < share:
         raise ServiceConfigError(
             f"--num_envs_per_worker={values['num_envs_per_worker']} contradicts --env_service: {arithmetic}; "
-            f"drop --num_envs_per_worker (it is computed) or change the capacity")
-    values["num_envs_per_worker"] = share
+            f"drop --num_envs_per_worker (it is computed), or give more, for slots to be added while training")
+    envs = values["num_envs_per_worker"] if "num_envs_per_worker" in typed else share
+    values["num_envs_per_worker"] = envs
     splits = values["worker_num_splits"]
-    if share % splits:
+    if envs % splits:
         if "worker_num_splits" in typed:
             raise ServiceConfigError(
-                f"--worker_num_splits={splits} does not divide the envs per worker: {arithmetic}, "
-                f"not divisible by {splits}")
-        values["worker_num_splits"] = max(d for d in range(1, splits + 1) if share % d == 0)
+                f"--worker_num_splits={splits} does not divide the envs per worker: "
+                f"{arithmetic if envs == share else f'--num_envs_per_worker={envs}'}, not divisible by {splits}")
+        values["worker_num_splits"] = max(d for d in range(1, splits + 1) if envs % d == 0)
 
 
 def training_share(value: str, workers: int) -> tuple[int, str]:
@@ -285,6 +288,10 @@ def check_training_flags(cfg: Config) -> None:
                 f"with --env_service=skip:{cfg.env}")
     except ServiceConfigError as exc:
         raise ConfigError(str(exc)) from None
-    if cfg.num_envs_per_worker != share:  # parse_args sets it; a Config built in Python may not
-        raise ConfigError(f"--num_envs_per_worker={cfg.num_envs_per_worker} must be each worker's share of "
-                          f"--env_service: {arithmetic}")
+    if cfg.num_envs_per_worker < share:  # parse_args sets it; a Config built in Python may not
+        raise ConfigError(f"--num_envs_per_worker={cfg.num_envs_per_worker} must be at least each worker's share "
+                          f"of --env_service: {arithmetic}")
+    if cfg.num_envs_per_worker > share and not cfg.async_rl:
+        raise ConfigError(f"--num_envs_per_worker={cfg.num_envs_per_worker} plans for more envs than the slots "
+                          f"({arithmetic}), and with --async_rl=False a dataset needs every env: the envs waiting "
+                          f"for slots would stop training; use --async_rl=True (the default)")

@@ -1,10 +1,12 @@
-"""A pool of env-service slots with a lifecycle, and the gymnasium.Env that draws from it.
+"""A pool of env-service slots with a lifecycle (`PooledEnv`, sf_core/service/pooled_env.py, draws from it).
 
 Every slot is in one state:
 
-    idle ──acquire──> busy ──release (restored to its initial snapshot)──> idle
-                       │
-                       └──failure (no answer, bad answer, env raised)──> error ──health check answers──> idle
+    joining ──check answers──> idle ──acquire──> busy ──release (restored to its initial snapshot)──> idle
+                                                   │
+                                                   └──failure (no answer, bad answer, env raised)──> error
+    error ──health check answers──> idle
+    drain: idle, error, joining -> gone at once; busy -> draining ──release──> gone (its server slot closed)
     close: every slot -> stopped
 
 `acquire(timeout)` never blocks longer than its timeout; of the idle slots it hands out the one the pool's
@@ -16,6 +18,12 @@ slots down with it: idle ones go to error at once, and the holders of busy ones 
 instead of waiting out the same timeout again. (If the server still answers, only that instance is
 stuck: a server with --parallel=True keeps answering while one of its instances hangs.) The pool is thread-safe: the
 evaluator's task threads share one.
+
+Elastic pools (`add_slots`, `drain`, or `follow` a fleet's changes file, sf_core/service/elastic.py): a slot
+added joins once it answers the same check (a ping, then a restore: a fresh instance) and serves the same env
+with the same spaces. A drained slot is never handed out again; a busy one finishes the work its holder does
+(a rollout, a task) and leaves when given back. A slot that leaves is closed on its server (`close`: its
+instance freed) by the background thread, so no caller waits on it.
 """
 
 from __future__ import annotations
@@ -23,59 +31,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Callable
+from typing import Callable
 
 import gymnasium as gym
 
+from sf_core.service.elastic import PoolSource
 from sf_core.service.protocol import space_from_json
+from sf_core.service.slot import PoolTimeout, Slot, SlotLost, SlotState
+from sf_core.service.slot_checker import PING_TIMEOUT_SEC, SlotChecker, check_due_slots, close_left_slots
 from sf_core.service.slot_choice import LeastLoaded, SlotChoice
-from sf_core.service.remote_env import (
-    EnvClient,
-    RemoteEnv,
-    ServiceError,
-    ServiceTimeout,
-)
+from sf_core.service.remote_env import EnvClient, RemoteEnv, ServiceError, ServiceTimeout
+
+__all__ = ["EnvPool", "PoolTimeout", "Slot", "SlotLost", "SlotState", "server_answers"]
 
 log = logging.getLogger("sf_core")
-
-PING_TIMEOUT_SEC = 0.5  # a health check's first question; a live server answers in microseconds
-
-
-class SlotState(str, Enum):
-    IDLE = "idle"
-    BUSY = "busy"
-    ERROR = "error"
-    STOPPED = "stopped"
-
-
-class PoolTimeout(ServiceError):
-    """No healthy slot became free within the acquire timeout."""
-
-
-class SlotLost(ServiceError):
-    """The slot an env was running on failed: the episode in progress is gone."""
-
-
-@dataclass(eq=False)
-class Slot:
-    address: str  # host:port
-    index: int  # instance index on that server
-    state: SlotState = SlotState.IDLE
-    env: RemoteEnv | None = None  # the connection, opened on first use
-    failures: int = 0
-    readmissions: int = 0
-    last_error: str = ""
-    next_check: float = 0.0
-    checking: bool = False
-    suspect: bool = False  # its server timed out on another slot: fail fast instead of waiting again
-    uses: int = field(default=0)
-    in_flight: int = 0  # requests sent to it and not yet answered (sf_core/service/slot_choice.py)
-
-    @property
-    def name(self) -> str:
-        return f"{self.address}#{self.index}"
 
 
 class EnvPool:
@@ -83,16 +52,19 @@ class EnvPool:
                  recheck_interval: float = 1.0, choice: SlotChoice | None = None):
         if not slots:
             raise ValueError("an env pool needs at least one slot")
+        # replaced, never changed in place, so that a reader without the lock sees one whole list
         self.slots = [Slot(address, index) for address, index in slots]
         self.choice = choice or LeastLoaded()  # which idle slot goes out next
         self.env_name, self.timeout, self.recheck_interval = env_name, timeout, recheck_interval
         self.description: dict | None = None  # the first server's hello: every slot must match it
         self.cond = threading.Condition()
-        self.readmitted_total = 0
-        self.failed_total = 0
-        # failed slots are checked on a background thread, started at the first failure, so that the
-        # caller's loop (a rollout worker's, with live envs on other slots) never waits on a dead server
-        self.checker: threading.Thread | None = None
+        self.readmitted_total = self.failed_total = self.joined_total = self.drained_total = 0
+        self.source: PoolSource | None = None  # the fleet's changes this pool follows (elastic pools)
+        self.to_close: list[tuple[Slot, bool]] = []  # slots that left: their sockets to close, and whether the
+        # server's instance too (not a failed one's: its server may be gone)
+        # failed, added and drained slots are dealt with on a background thread, started at the first of them,
+        # so that the caller's loop (a rollout worker's, with live envs on other slots) never waits on a server
+        self.checker: SlotChecker | None = None
         self.closed = threading.Event()
         self.on_close: Callable[[], None] | None = None  # what else ends with the pool (an in-process server)
 
@@ -177,28 +149,35 @@ class EnvPool:
     def untake(self, slot: Slot) -> None:
         """Undo a `try_acquire` whose slot was never used (nothing to restore, and no use to count)."""
         with self.cond:
-            if slot.state is SlotState.BUSY:
-                slot.state = SlotState.IDLE
+            if slot.state in (SlotState.BUSY, SlotState.DRAINING):
                 slot.uses -= 1
-                self.cond.notify_all()
+                self._give_back(slot)
 
     def release(self, slot: Slot, restore: bool = True) -> None:
-        """Give a busy slot back; with `restore`, reset its instance to its initial snapshot first."""
-        if slot.state is not SlotState.BUSY:
+        """Give a busy slot back; with `restore`, reset its instance to its initial snapshot first. A draining
+        slot leaves the pool instead (nothing to restore: it is closed)."""
+        if slot.state not in (SlotState.BUSY, SlotState.DRAINING):
             return
-        if restore:
+        if restore and slot.state is SlotState.BUSY:
             try:
                 self._connect(slot).restore()
             except ServiceError as exc:
                 self.mark_failed(slot, exc)
                 return
-        with self.cond:
+        with self.cond:  # drained meanwhile (during the restore) or not: decided under the lock
+            self._give_back(slot)
+
+    def _give_back(self, slot: Slot) -> None:
+        if slot.state is SlotState.DRAINING:
+            self._leave(slot, close=True)
+        elif slot.state is SlotState.BUSY:
             slot.state = SlotState.IDLE
-            self.cond.notify_all()
+        self.cond.notify_all()
 
     def mark_failed(self, slot: Slot, error: Exception | str, server_down: bool | None = None) -> None:
         """Take a slot out of service until a health check re-admits it. `server_down`: already known by
-        the caller (the evaluator's runner asked the server); None: found out here."""
+        the caller (the evaluator's runner asked the server); None: found out here. A draining slot that
+        fails leaves the pool at once."""
         # a timeout on one slot: is the whole server gone, or only this instance stuck (--parallel)?
         if server_down is None:
             server_down = isinstance(error, ServiceTimeout) and not self._answers(slot.address)
@@ -206,19 +185,20 @@ class EnvPool:
         with self.cond:
             if slot.state is SlotState.STOPPED:
                 return
-            slot.state, slot.last_error, slot.next_check = SlotState.ERROR, str(error), now + self.recheck_interval
             slot.failures += 1
             self.failed_total += 1
+            if slot.state is SlotState.DRAINING:
+                self._leave(slot, close=False)
+            else:
+                slot.state, slot.last_error, slot.next_check = SlotState.ERROR, str(error), now + self.recheck_interval
             if server_down:  # its idle slots are out too, and the holders of busy ones fail at their next call
                 for other in self.slots:
                     if other.address == slot.address and other.state is SlotState.IDLE:
                         other.state, other.last_error, other.next_check = SlotState.ERROR, str(error), now
-                    elif other.address == slot.address and other.state is SlotState.BUSY:
+                    elif other.address == slot.address and other.state in (SlotState.BUSY, SlotState.DRAINING):
                         other.suspect = True
             self.cond.notify_all()
-            if self.checker is None:
-                self.checker = threading.Thread(target=self._check_failed_slots, name="env_pool_checker", daemon=True)
-                self.checker.start()
+        self._start_checker()
         log.warning("env slot %s failed (%s); out of service until it answers again [%s]", slot.name, error,
                     self.summary())
 
@@ -233,138 +213,96 @@ class EnvPool:
         finally:
             client.close()
 
-    def _check_failed_slots(self) -> None:
-        while not self.closed.wait(self.recheck_interval / 2):
-            try:
-                self.health_check()
-            except Exception:  # noqa: BLE001 - a checker that dies would leave failed slots out for good
-                log.exception("env pool health check failed")
+    # ---------------------------------------------------------------- elastic
+    def add_slots(self, slots: list[tuple[str, int]]) -> int:
+        """Slots (address, index) join the pool once they pass a health check on the background thread; a
+        draining one listed here stays. Returns how many are new."""
+        with self.cond:
+            known = {s.name: s for s in self.slots}
+            new = []
+            for address, index in slots:
+                slot = known.get(f"{address}#{index}")
+                if slot is None:
+                    new.append(Slot(address, index, SlotState.JOINING))
+                elif slot.state is SlotState.DRAINING:
+                    slot.state = SlotState.BUSY  # the drain is called off: its holder keeps it
+            names = {s.name for s in new}
+            self.to_close = [(s, c) for s, c in self.to_close if s.name not in names]  # back before it was closed
+            self.slots = self.slots + new
+        if new:
+            self._start_checker()
+        return len(new)
+
+    def drain(self, names: list[str]) -> int:
+        """Slots leave the pool, named `host:port#index`, or `host:port` for all of a server's: an idle, failed
+        or joining one at once, a busy one when its holder gives it back (`release`). Returns how many."""
+        targets = set(names)
+        with self.cond:
+            chosen = [s for s in self.slots if (s.name in targets or s.address in targets)
+                      and s.state not in (SlotState.DRAINING, SlotState.STOPPED)]
+            for slot in chosen:
+                if slot.state is SlotState.BUSY:
+                    slot.state = SlotState.DRAINING
+                else:
+                    self._leave(slot, close=slot.state is SlotState.IDLE)
+            self.cond.notify_all()
+        if chosen:
+            self._start_checker()
+        return len(chosen)
+
+    def follow(self, source: PoolSource) -> None:
+        """Keep this pool's slots as `source` (a fleet's changes file) lists them, from now on."""
+        self.source = source
+        self._start_checker()
+
+    def _leave(self, slot: Slot, close: bool) -> None:
+        """(Under the lock.) The slot is out of the pool; `close`: its instance is closed on its server."""
+        self.slots = [s for s in self.slots if s is not slot]
+        slot.state = SlotState.STOPPED
+        self.drained_total += 1
+        self.to_close.append((slot, close))
+
+    # ---------------------------------------------------------------- the background thread
+    def _start_checker(self) -> None:
+        with self.cond:
+            if self.checker is None and not self.closed.is_set():
+                self.checker = SlotChecker(self)
 
     def health_check(self) -> int:
-        """Check the failed slots that are due; re-admit those that answer and restore. Returns how many."""
-        now = time.monotonic()
-        with self.cond:
-            due = [s for s in self.slots if s.state is SlotState.ERROR and not s.checking and now >= s.next_check]
-            for s in due:
-                s.checking = True
-        readmitted, dead_addresses = 0, set()
-        for slot in due:
-            ok = False
-            try:
-                if slot.address not in dead_addresses:
-                    env = self._connect(slot, PING_TIMEOUT_SEC)
-                    env.ping(timeout=PING_TIMEOUT_SEC)  # a quick question first: is anybody there?
-                    env.restore()  # then a fresh instance, which may take the full timeout
-                    ok = True
-            except ServiceError as exc:
-                slot.last_error = str(exc)
-                if isinstance(exc, ServiceTimeout):
-                    dead_addresses.add(slot.address)
-            with self.cond:
-                slot.checking = False
-                if slot.state is not SlotState.ERROR:
-                    continue  # stopped meanwhile
-                if ok:
-                    slot.state, slot.suspect = SlotState.IDLE, False
-                    slot.readmissions += 1
-                    self.readmitted_total += 1
-                    readmitted += 1
-                    self.cond.notify_all()
-                else:
-                    slot.next_check = time.monotonic() + self.recheck_interval
-        if readmitted:
-            log.info("re-admitted %d env slot(s) that answer again [%s]", readmitted, self.summary())
-        return readmitted
+        """Check the failed and joining slots that are due; admit those that answer and restore. Returns how
+        many failed ones were re-admitted (sf_core/service/slot_checker.py)."""
+        return check_due_slots(self)
 
     def counts(self) -> dict[str, int]:
         with self.cond:
             return {state.value: sum(s.state is state for s in self.slots) for state in SlotState}
 
+    def waits_on_servers(self) -> bool:
+        """Whether an env without a slot here waits for servers to come back: a slot is failed, or none is left
+        (all drained). Otherwise it waits for busy slots, or for slots to be added."""
+        slots = self.slots
+        return not slots or any(s.state is SlotState.ERROR for s in slots)
+
     def summary(self) -> str:
         c = {state.value: sum(s.state is state for s in self.slots) for state in SlotState}
-        return ", ".join(f"{n} {state}" for state, n in c.items() if n)
+        return ", ".join(f"{n} {state}" for state, n in c.items() if n) or "no slots"
 
     def close(self) -> None:
         self.closed.set()
         with self.cond:
-            for slot in self.slots:
+            slots = self.slots
+            for slot in slots:
                 slot.state = SlotState.STOPPED
             self.cond.notify_all()
         if self.checker is not None:
             self.checker.join(timeout=self.timeout + 2 * PING_TIMEOUT_SEC)  # it may be inside a check
-        for slot in self.slots:
+        close_left_slots(self, PING_TIMEOUT_SEC)  # slots drained since its last round are closed all the same
+        for slot in slots:
             if slot.env is not None:
                 slot.env.close()
                 slot.env = None
         if self.on_close is not None:
             self.on_close()
-
-
-class PooledEnv(gym.Env):
-    """A gymnasium.Env on whichever slot of `pool` it holds.
-
-    `reset()` acquires a slot if it holds none, and if that slot fails right away, tries the next one
-    until `acquire_timeout`. A failure in `step()` marks the slot failed and raises SlotLost: the
-    episode in progress is gone, and the caller must not use its data as if it had ended normally.
-    The next `reset()` continues on another slot. `close()` restores the slot and gives it back.
-    """
-
-    metadata = {"render_modes": []}
-
-    def __init__(self, pool: EnvPool, acquire_timeout: float = 1.0, avoid: frozenset[str] = frozenset()):
-        self.pool, self.acquire_timeout, self.avoid = pool, acquire_timeout, frozenset(avoid)
-        self.observation_space, self.action_space = pool.spaces()
-        self.slot: Slot | None = None
-
-    @property
-    def slot_name(self) -> str | None:
-        return self.slot.name if self.slot else None
-
-    def _lose(self, error: ServiceError) -> SlotLost:
-        slot, self.slot = self.slot, None
-        self.pool.mark_failed(slot, error)
-        return SlotLost(f"env slot {slot.name} failed: {error}")
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
-        super().reset(seed=seed)  # the client's own RNG (gymnasium's contract); the env's is on the server
-        deadline = time.monotonic() + self.acquire_timeout
-        while True:
-            if self.slot is None:
-                self.slot = self.pool.acquire(max(0.0, deadline - time.monotonic()), self.avoid)
-            try:
-                self._check_suspect()
-                return in_flight(self.slot, self.pool._connect(self.slot).reset, seed=seed, options=options)
-            except ServiceError as exc:
-                lost = self._lose(exc)
-                if time.monotonic() >= deadline:
-                    raise lost from exc
-
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
-        if self.slot is None:
-            raise SlotLost("this env lost its slot: call reset() to continue on another one")
-        try:
-            self._check_suspect()
-            return in_flight(self.slot, self.slot.env.step, action)
-        except ServiceError as exc:
-            raise self._lose(exc) from exc
-
-    def _check_suspect(self) -> None:
-        if self.slot.suspect:
-            raise ServiceTimeout(f"{self.slot.address} timed out on another slot ({self.slot.last_error or 'no answer'})")
-
-    def close(self) -> None:
-        if self.slot is not None:
-            slot, self.slot = self.slot, None
-            self.pool.release(slot, restore=True)
-
-
-def in_flight(slot: Slot, call: Callable, *args: Any, **kwargs: Any) -> Any:
-    """`call` counted as a request in flight on `slot` while it runs (its server's load)."""
-    slot.in_flight += 1
-    try:
-        return call(*args, **kwargs)
-    finally:
-        slot.in_flight -= 1
 
 
 def server_answers(address: str) -> bool:

@@ -5,7 +5,9 @@ there) with the format in sf_core/service/protocol.py: a JSON header and raw arr
 request names an instance (its slot), except `steps`, which names several: it is answered with one reply per
 slot, each sent as soon as its instance has stepped, so one slow instance delays only its own answer. A
 request that is malformed, truncated or too big is answered with an error and the server carries on; an env
-that raises marks only its instance broken until a `restore` rebuilds it.
+that raises marks only its instance broken until a `restore` rebuilds it. `close` closes one instance (a
+slot drained from its pools, sf_core/service/env_pool.py): `ping` says `closed`, and the slot takes no
+request but `restore`, which builds it anew.
 
 By default the server answers one request at a time: the least overhead for envs written in Python. With
 --parallel=True each instance has its own thread, so instances step at the same time when the env
@@ -72,6 +74,7 @@ class EnvServer:
         self.cfg = cfg or Config(env=env)
         self.instances: list[gym.Env | None] = [None] * capacity
         self.broken: list[str | None] = [None] * capacity  # why an instance is unusable until restored
+        self.closed = [False] * capacity  # closed by a client (drained): no instance until restored
         self.requests = 0
         for i in range(capacity):
             self.instances[i] = self._make(i)
@@ -205,7 +208,7 @@ class EnvServer:
                 return pack({"ok": True, "protocol": PROTOCOL_VERSION, "env": self.env_name,
                              "capacity": self.capacity, "max_message_bytes": self.max_bytes, **self.spaces_json}), []
             if cmd == "ping":
-                return pack({"ok": True, "slots": ["broken" if b else "ok" for b in self.broken]}), []
+                return pack({"ok": True, "slots": [self._health(i) for i in range(self.capacity)]}), []
             if cmd == "steps":
                 return None, self._split_steps(header, arrays)
             return None, [Request(self._slot(header.get("slot")), cmd, header, arrays)]
@@ -247,7 +250,12 @@ class EnvServer:
             log.error("internal error: %s", traceback.format_exc())
             return error_reply(f"internal error: {type(exc).__name__}: {exc}", tag)
 
+    def _health(self, slot: int) -> str:
+        return "closed" if self.closed[slot] else "broken" if self.broken[slot] else "ok"
+
     def _env(self, slot: int) -> gym.Env:
+        if self.closed[slot]:
+            raise ProtocolError(f"slot {slot} is closed (drained); restore it to open it again")
         if self.broken[slot] is not None:
             raise ProtocolError(f"slot {slot} is broken ({self.broken[slot]}); restore it first")
         return self.instances[slot]
@@ -308,13 +316,11 @@ class EnvServer:
         """Back to the instance's initial snapshot: the env's own `restore_snapshot()` if it has one
         (cheap for a simulator that can snapshot), else a freshly built instance."""
         env = self.instances[slot]
-        if self.broken[slot] is None and hasattr(env, "restore_snapshot"):
+        if env is not None and self.broken[slot] is None and hasattr(env, "restore_snapshot"):
             _, failed = self._env_call(slot, env.restore_snapshot)
             return failed or pack({"ok": True})
-        try:
-            env.close()
-        except Exception:  # noqa: BLE001 - the old instance may be the broken part
-            pass
+        self._close_instance(slot)
+        self.closed[slot] = False  # reopened: from here on it is either built or broken
         try:
             self.instances[slot] = self._make(slot)
         except Exception as exc:  # noqa: BLE001 - stays broken; the client re-checks later
@@ -324,4 +330,18 @@ class EnvServer:
         return pack({"ok": True})
 
     def _close(self, slot: int, header: dict, arrays: list) -> list[bytes]:
-        return pack({"ok": True})  # instances live as long as the server; a client just lets go
+        """The slot leaves service (drained): its instance is closed, and what it held (a simulator, a VM)
+        is freed, until a `restore` builds it anew."""
+        self._close_instance(slot)
+        self.broken[slot], self.closed[slot] = None, True
+        log.info("slot %d closed", slot)
+        return pack({"ok": True})
+
+    def _close_instance(self, slot: int) -> None:
+        env, self.instances[slot] = self.instances[slot], None
+        if env is None:
+            return
+        try:
+            env.close()
+        except Exception:  # noqa: BLE001 - the old instance may be the broken part
+            pass

@@ -22,6 +22,7 @@ import subprocess
 import time
 from typing import Any
 
+from sf_core.service.elastic import ChangesFile
 from sf_core.service.fleet_file import Fleet, FleetError, Server
 from sf_core.service.protocol import ServiceError
 from sf_core.service.remote_env import EnvClient, close_context, hello
@@ -75,32 +76,51 @@ def running(record: dict):
 
 def up(fleet: Fleet, timeout: float) -> None:
     """Start every local server and wait until each answers its health check and serves what the file says;
-    check that every remote server answers. FleetError (with everything started stopped again) otherwise."""
+    check that every remote server answers. FleetError (with everything started stopped again) otherwise.
+    A fleet starts as its file says: the changes of an earlier run of it (sf_core/service/elastic.py) are
+    forgotten."""
     path = state_path(fleet)
     alive = [r for r in read_state(path) if running(r)]
     if alive:
         raise FleetError(f"{fleet.path} is already up ({len(alive)} servers, state in {path}): "
                          f"run python -m sf_core.fleet down {fleet.path} first")
-    servers = fleet.servers()
+    _remove(path)  # servers of an earlier `up` that are gone
+    ChangesFile(fleet.run_dir).remove()
+    try:
+        start_servers(fleet, fleet.servers(), timeout)
+        for name, service in fleet.services.items():
+            for e in service.remote:
+                check_answers(fleet, name, e.address, e.capacity, time.monotonic() + timeout, None)
+    except BaseException:  # nothing is left running, and no state file
+        stop(read_state(path))
+        _remove(path)
+        raise
+    finally:
+        close_context()
+
+
+def start_servers(fleet: Fleet, servers: list[Server], timeout: float) -> None:
+    """Start `servers` (the file's, or replicas added to a running fleet), adding each to the state file as it
+    starts, and wait until each answers and serves what its service says. FleetError otherwise, with the
+    servers it started stopped again and taken out of the state file."""
+    path = state_path(fleet)
     for server in servers:
         _check_port_free(server)
     os.makedirs(os.path.join(fleet.run_dir, "logs"), exist_ok=True)
+    before = read_state(path)
     records: list[dict] = []
     children: dict[int, subprocess.Popen] = {}  # by pid: how this process learns an exit code, and reaps
     try:
         for server in servers:
             child = _start(fleet, server, records)
             children[child.pid] = child
-            _write_state(path, records)
+            _write_state(path, before + records)
         _wait_healthy(fleet, records, children, time.monotonic() + timeout, timeout)
-        for name, service in fleet.services.items():
-            for e in service.remote:
-                _check_answers(fleet, name, e.address, e.capacity, time.monotonic() + timeout, None)
     except BaseException:  # a failure, Ctrl-C or SIGTERM: nothing is left running
         stop(records)
         for child in children.values():
             child.wait()  # reaped: no zombie outlives this process's wait for the others
-        _remove(path)
+        _write_state(path, before)
         raise
     finally:
         close_context()
@@ -157,14 +177,14 @@ def _wait_healthy(fleet: Fleet, records: list[dict], children: dict[int, subproc
                 continue
             finally:
                 client.close()
-            _check_answers(fleet, record["service"], record["address"], record["capacity"], deadline, record["log"])
+            check_answers(fleet, record["service"], record["address"], record["capacity"], deadline, record["log"])
             pending.remove(record)
         if pending and time.monotonic() > deadline:
             names = ", ".join(f"{r['server']} ({r['log']})" for r in pending)
             raise FleetError(f"not answering {timeout:g}s after start: {names}")
 
 
-def _check_answers(fleet: Fleet, name: str, address: str, capacity: int, deadline: float, log: str | None) -> None:
+def check_answers(fleet: Fleet, name: str, address: str, capacity: int, deadline: float, log: str | None) -> None:
     """The server at `address` answers hello, serves the service's env (when the file names it) and has at
     least the capacity its service gives it."""
     client = EnvClient(address, max(0.5, deadline - time.monotonic()))
@@ -216,10 +236,22 @@ def _signal_group(pid: int, sig: int) -> None:
 
 
 def down(fleet_run_dir: str, grace: float) -> list[str]:
-    """Stop every server of the state file in `fleet_run_dir` and remove the file; the servers stopped."""
+    """Stop every server of the state file in `fleet_run_dir` (those `add` started too) and remove the file,
+    and the fleet's changes; the servers stopped."""
     path = os.path.join(fleet_run_dir, STATE_FILE)
     stopped = stop(read_state(path), grace)
     _remove(path)
+    ChangesFile(fleet_run_dir).remove()
+    return stopped
+
+
+def stop_drained(fleet: Fleet, addresses: set[str], grace: float) -> list[str]:
+    """Stop the servers at `addresses` that this fleet started (drained: every slot closed) and take them out of
+    the state file; the servers stopped."""
+    path = state_path(fleet)
+    records = read_state(path)
+    stopped = stop([r for r in records if r["address"] in addresses], grace)
+    _write_state(path, [r for r in records if r["address"] not in addresses])
     return stopped
 
 

@@ -13,7 +13,9 @@ reward comes from the reward service). `ctx.services.step({...})` calls several 
   and re-admitted by its pool as usual), the others are restored and released, and the env raises
   `SlotLost`, which takes the rollout worker's slot-failure path (the trajectory in progress is
   dropped; the next reset acquires a whole new set);
-- closing the env releases every slot, restored.
+- closing the env releases every slot, restored;
+- when one of its slots is drained (sf_core/service/env_pool.py), the rollout worker lets go of the whole set
+  at the end of the rollout, as after a failure but with that rollout kept.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from typing import Any
 import gymnasium as gym
 
 from sf_core.service.concurrent_calls import Services
-from sf_core.service.env_pool import EnvPool, PooledEnv, PoolTimeout, SlotLost, SlotState
+from sf_core.service.env_pool import EnvPool, PoolTimeout, SlotLost, SlotState
+from sf_core.service.pooled_env import PooledEnv
 from sf_core.service.remote_env import ServiceError
 
 WAIT_STEP_SEC = 0.05  # between all-or-none attempts while a pool has no free slot
@@ -39,6 +42,20 @@ class PoolGroup:
     @property
     def readmitted_total(self) -> int:
         return sum(p.readmitted_total for p in self.pools.values())
+
+    @property
+    def joined_total(self) -> int:
+        return sum(p.joined_total for p in self.pools.values())
+
+    @property
+    def drained_total(self) -> int:
+        return sum(p.drained_total for p in self.pools.values())
+
+    def waits_on_servers(self) -> bool:
+        return any(p.waits_on_servers() for p in self.pools.values())
+
+    def summary(self) -> str:
+        return "; ".join(f"{name}: {pool.summary()}" for name, pool in self.pools.items())
 
     def counts(self) -> dict[str, int]:
         totals = {state.value: 0 for state in SlotState}
@@ -87,7 +104,12 @@ class ServiceSet:
     def let_go(self) -> None:
         """After a failure: the slots that still work go back to their pools, restored."""
         for env in self.envs.values():
-            env.close()
+            env.let_go()
+
+    @property
+    def draining(self) -> bool:
+        """Whether one of the set's slots is being drained: the whole set is let go, as after a failure."""
+        return any(env.draining for env in self.envs.values())
 
 
 class ServiceSetEnv(gym.Wrapper):
@@ -112,6 +134,14 @@ class ServiceSetEnv(gym.Wrapper):
 
     def step(self, action: Any):
         return self._guarded(self.env.step, action)
+
+    @property
+    def draining(self) -> bool:
+        return self.services.draining
+
+    def let_go(self) -> None:
+        """Give the whole set back (the composed env stays usable: its next reset acquires another)."""
+        self.services.let_go()
 
     def close(self) -> None:
         try:

@@ -14,6 +14,7 @@ from sf_core.config import Config, ConfigError
 from sf_core.service.endpoints import (Endpoint, ServiceConfigError, answers_with_capacity, check_training_endpoints,
                                        parse_pools, parse_service, pools_served_in_process, training_share,
                                        worker_slice)
+from sf_core.service.elastic import fleet_source
 from sf_core.service.env_pool import EnvPool
 from sf_core.service.protocol import ServiceError, space_from_json
 from sf_core.service.remote_env import EnvClient, close_context, hello
@@ -60,6 +61,7 @@ def open_worker_pool(cfg: Config, registry: EnvRegistry, worker: int, seed: int,
     index, samplers = sampler
     workers, me = cfg.num_workers * samplers, index * cfg.num_workers + worker
     pool: EnvPool | PoolGroup
+    follow: list[tuple[EnvPool, str | None, list[Endpoint]]] = []  # pools on servers, and what they serve
     if is_skip(cfg.env_service):  # this worker's own envs, served in-process without sockets
         pool = _in_process_pool(cfg, registry, cfg.env, cfg.num_envs_per_worker, seed + 10_007 * worker, owner)
         mine = [s.name for s in pool.slots]
@@ -74,13 +76,19 @@ def open_worker_pool(cfg: Config, registry: EnvRegistry, worker: int, seed: int,
                 mine += [f"{name}: {s.name}" for s in pools[name].slots]
             else:
                 pools[name] = _env_pool(cfg, [(f"{s.host}:{s.port}", s.index) for s in sliced], None)
+                follow.append((pools[name], name, endpoints))
                 mine += [f"{name}: {s}" for s in sliced]
         pool = PoolGroup(pools)
     else:
-        sliced = worker_slice(parse_service(cfg.env_service), workers, me)
+        endpoints = parse_service(cfg.env_service)
+        sliced = worker_slice(endpoints, workers, me)
         mine = [str(s) for s in sliced]
         pool = _env_pool(cfg, [(f"{s.host}:{s.port}", s.index) for s in sliced], cfg.env)
+        follow.append((pool, None, endpoints))
     pool.describe(timeout=cfg.env_service_timeout)
+    for served, name, endpoints in follow:  # on a fleet file: slots added and drained while the run goes on
+        if (source := fleet_source(cfg.env_service, name, endpoints, workers, me)) is not None:
+            served.follow(source)
     log.info("%s: %d env slots (%s%s)", owner, len(mine), ", ".join(mine[:8]), ", ..." if len(mine) > 8 else "")
     return pool
 
@@ -146,5 +154,12 @@ def share_among_samplers(cfg: Config, samplers: int) -> Config:
             f"--env_service has {slots} slots{' per pool' if len(pools) > 1 else ''} for {samplers} samplers × "
             f"--num_workers={cfg.num_workers} = {workers} rollout workers: on a cluster every node's workers share "
             f"the slots, and each needs at least one; use {advice}, or add capacity") from None
-    splits = max(d for d in range(1, cfg.worker_num_splits + 1) if share % d == 0)
-    return replace(cfg, num_envs_per_worker=share, worker_num_splits=splits)
+    # more envs than one node's share was typed: the run is planned for slots added while it trains
+    envs = max(share, cfg.num_envs_per_worker) if cfg.num_envs_per_worker > one_node_share(cfg) else share
+    splits = max(d for d in range(1, cfg.worker_num_splits + 1) if envs % d == 0)
+    return replace(cfg, num_envs_per_worker=envs, worker_num_splits=splits)
+
+
+def one_node_share(cfg: Config) -> int:
+    """Each worker's share as the flags were resolved, for one node's --num_workers."""
+    return training_share(cfg.env_service, cfg.num_workers)[0]
