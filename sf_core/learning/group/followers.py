@@ -61,12 +61,23 @@ def train_as_follower(rank: int, spec: GroupSpec, trainer: Trainer, datasets: Da
 
 def _exit_with(runner_pid: int) -> None:
     """What ParentWatchdog (sf_core/contracts/component.py) does for a component, on a thread: this process spends
-    its time inside collectives, not on an event loop."""
+    its time inside collectives, not on an event loop. Its parent is the runner, or the forkserver the runner
+    restarts components from (which exits with the runner): whichever it is, this process ends when it goes, and
+    when the runner does."""
+    parent = os.getppid()
 
     def watch() -> None:
         while True:
             time.sleep(1.0)
-            if os.getppid() != runner_pid:
+            if os.getppid() != parent or not _exists(runner_pid):
                 os._exit(3)
 
     threading.Thread(target=watch, name="runner_watchdog", daemon=True).start()
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:  # none, or another user's process took the number: the runner is gone
+        return False
+    return True
