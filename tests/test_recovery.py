@@ -49,10 +49,11 @@ class Watched:
                 self.frames.append(frames)
             time.sleep(0.1)
 
-    def components(self) -> list[psutil.Process]:
-        """The component processes of the first start, in their start order: inference, rollout workers, learner."""
-        return [c for c in psutil.Process(self.proc.pid).children()
-                if "resource_tracker" not in " ".join(c.cmdline())]
+    def component(self, name: str) -> psutil.Process:
+        """The component process of that name (sf_core.contracts.component.name_process: learner, inference_0)."""
+        found = [p for p in psutil.Process(self.proc.pid).children(recursive=True) if p.name() == name]
+        assert len(found) == 1, found
+        return found[0]
 
     def finish(self, timeout: float) -> str:
         try:
@@ -93,7 +94,7 @@ def test_a_killed_learner_resumes_from_its_last_checkpoint_and_reaches_its_targe
     saved = _version(_checkpoints(tmp_path)[-1])
     # the learner trains on past that checkpoint: what it trains from here on is what its death loses
     wait_for(lambda: _live(tmp_path, "policy_version") > saved + 2, 30, "training past the checkpoint")
-    learner = run.components()[-1]
+    learner = run.component("learner")
     learner.kill()
     learner.wait(10)
     newest = _checkpoints(tmp_path)[-1]  # a dead learner writes none: the one a recovery must restore
@@ -120,7 +121,7 @@ def test_a_killed_learner_resumes_from_its_last_checkpoint_and_reaches_its_targe
 def test_a_killed_inference_worker_costs_no_training(tmp_path):
     run = Watched(tmp_path, TRAIN)
     wait_for(lambda: _live(tmp_path, "policy_version") > 2, 60, "training")
-    inference = run.components()[0]  # started first
+    inference = run.component("inference_0")
     inference.kill()
     output = run.finish(120)
 

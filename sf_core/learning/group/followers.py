@@ -10,7 +10,7 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
 from sf_core.contracts.buffers import DatasetBuffers, SharedWeights
-from sf_core.contracts.component import configure_process
+from sf_core.contracts.component import configure_process, name_process
 from sf_core.learning.group.link import STOP, TRAIN, GroupSpec
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ def follow(rank: int, spec: GroupSpec, trainer: Trainer, datasets: DatasetBuffer
            runner_pid: int, torch_threads: int) -> None:
     """A rank ≥ 1 on the learner's machine. If rank 0 dies, the collective it waits in fails at once (or times
     out); if the runner dies, `_exit_with` ends it."""
+    name_process(rank_name(rank))
     configure_process(torch_threads)
     _exit_with(runner_pid)
     train_as_follower(rank, spec, trainer, datasets, weights)
