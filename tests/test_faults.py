@@ -277,3 +277,40 @@ def test_emit_gives_up_on_a_queue_left_locked():
         except Empty:
             pass
     assert sorted(received) == [1, 2]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_stop_does_not_wait_for_a_process_whose_own_queue_was_left_locked():
+    # What an inference worker killed inside a put leaves a rollout worker with: the worker's own queue locked,
+    # so it waits inside its loop for good and cannot take the stop. The stop kills it once the others are
+    # down, instead of waiting out its grace period (Topology.stop_processes). The test holds the mutex.
+    import ctypes
+    import ctypes.util
+    import multiprocessing
+
+    from sf_core.contracts.component import Component, ComponentProcess
+    from sf_core.machine.wiring import Topology
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    proc = ComponentProcess("locked_proc", multiprocessing.get_context("fork"), 1)
+    proc.reporter = Component(proc.event_loop, "locked")
+    topology = Topology(components=[proc.reporter], processes=[proc], host={"locked": proc})
+    mutex = ctypes.c_void_p(_queue_mutex(proc.event_loop.signal_queue))
+    proc.start()
+    held = False
+    try:
+        deadline = time.monotonic() + 10
+        while not held and time.monotonic() < deadline:  # the process takes it for moments while it waits
+            held = libc.pthread_mutex_trylock(mutex) == 0
+        assert held
+        time.sleep(0.5)  # the process's wait for signals has timed out: it waits for the mutex now
+        started = time.monotonic()
+        topology.stop_processes(grace=20.0, heartbeat_timeout=60.0, unreachable=["locked"])
+        assert time.monotonic() - started < 5.0 and not proc.is_alive()
+    finally:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+        if held:
+            libc.pthread_mutex_unlock(mutex)

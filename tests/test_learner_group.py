@@ -267,7 +267,7 @@ def test_a_dead_rank_stops_training_with_an_error_naming_it(tmp_path):
     log_path = tmp_path / "train.log"
     with open(log_path, "w") as log:
         proc = launch.start([f"--train_dir={tmp_path}", "--experiment=exp", "--env=CartPole-v1", "--num_learners=2",
-                             "--num_workers=1", "--train_for_seconds=100"], output=log)
+                             "--num_workers=1", "--train_for_seconds=100", "--max_recoveries=0"], output=log)
     try:
         wait_for(lambda: (read_summary(tmp_path).get("samples_trained") or 0) > 0, 90, "the group to train")
         port = int(re.search(r"learner group: 2 ranks joined \(gloo, 127\.0\.0\.1:(\d+)\)", log_path.read_text())[1])
@@ -282,10 +282,41 @@ def test_a_dead_rank_stops_training_with_an_error_naming_it(tmp_path):
     output = log_path.read_text()
     assert proc.returncode == 1, output[-3000:]
     assert (f"training stopped: learner_rank_1 failed: process learner_rank_1 (pid {rank.pid}) died with exit "
-            f"code -9") in output, output[-3000:]
+            f"code -9 (--max_recoveries=0: no recovery)") in output, output[-3000:]
     assert read_summary(tmp_path)["last_checkpoint"], output[-3000:]  # rank 0 outlives the group, and saves
     _, alive = psutil.wait_procs(descendants, timeout=10)
     assert not alive, [p.pid for p in alive]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_dead_rank_is_recovered_from_with_nothing_trained_lost(tmp_path):
+    """Rank 0 outlives rank 1 and saves on the way down; the group is made again (the ranks now start from a
+    forkserver) from that checkpoint and trains to the target."""
+    log_path = tmp_path / "train.log"
+    with open(log_path, "w") as log:
+        proc = launch.start([f"--train_dir={tmp_path}", "--experiment=exp", "--env=CartPole-v1", "--num_learners=2",
+                             "--num_workers=1", "--seed=2", "--target_mean_return=450", "--train_for_seconds=100",
+                             "--train_for_env_steps=10000000", "--experiment_summaries_interval=0.5"], output=log)
+    try:
+        wait_for(lambda: (read_summary(tmp_path).get("policy_version") or 0) > 2, 90, "the group to train")
+        port = int(re.search(r"learner group: 2 ranks joined \(gloo, 127\.0\.0\.1:(\d+)\)", log_path.read_text())[1])
+        trainer = psutil.Process(proc.pid)
+        rank = _rank_1(trainer, port)
+        rank.kill()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    output = log_path.read_text()
+    assert proc.returncode == 0, output[-3000:]
+    assert output.count("learner group: 2 ranks joined (gloo") == 2, output[-3000:]
+    summary = read_summary(tmp_path)
+    assert summary["time_to_target"] is not None, summary
+    [fault] = summary["faults"]
+    assert fault["component"] == "learner_rank_1" and fault["at"] < fault["recovered_at"]
+    assert fault["frames_lost"] == summary["trained_frames_lost"] == 0 and summary["recoveries"] == 1
 
 
 @pytest.mark.slow

@@ -27,8 +27,9 @@ def check_ranges(cfg: Config) -> None:
         value = getattr(cfg, name)
         if not (value > 0 and math.isfinite(value)):
             raise ConfigError(f"--{name} must be a positive number, got {value}")
-    if cfg.max_policy_lag < 0:
-        raise ConfigError(f"--max_policy_lag must be at least 0, got {cfg.max_policy_lag}")
+    for name in ("max_policy_lag", "max_recoveries"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"--{name} must be at least 0, got {getattr(cfg, name)}")
     if cfg.eval_every_env_steps < 0:
         raise ConfigError(f"--eval_every_env_steps must be at least 0 (0: no evaluation), got "
                           f"{cfg.eval_every_env_steps}")

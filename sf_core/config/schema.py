@@ -182,8 +182,7 @@ class Config:
     teacher: str = flag(
         "", "learning", "--algo=APPO_TEACHER: a checkpoint of this project (a .pt file or an experiment folder, "
         "whose best or latest checkpoint is taken) whose policy the student is pulled towards.")
-    teacher_kl_coeff: float = flag(
-        0.5, "learning", "--algo=APPO_TEACHER: weight of KL(teacher ‖ student) in the loss.")
+    teacher_kl_coeff: float = flag(0.5, "learning", "--algo=APPO_TEACHER: weight of KL(teacher ‖ student) in the loss.")
     num_learners: int = flag(1, "learning", "Learner processes training one policy together (torch.distributed: "
                              "gloo on the CPU, NCCL with a GPU per rank): each trains on 1/N of every dataset in "
                              "minibatches of --batch_size / N; gradients are averaged, as one learner with the whole "
@@ -244,8 +243,7 @@ class Config:
         "least 8 pixels (any size from 1x1). auto: convnet_atari where it fits, else convnet_small (the choice "
         "is logged at start); an architecture named explicitly that does not fit the image stops the run. "
         "uint8 images are scaled by 1/255.",
-        choices=("auto", "convnet_atari", "resnet_impala", "convnet_small"),
-    )
+        choices=("auto", "convnet_atari", "resnet_impala", "convnet_small"))
     encoder_conv_mlp_layers: list[int] = flag([512], "model", "Fully connected layers after the conv encoder.")
     nonlinearity: str = flag("elu", "model", "Activation function.", choices=("elu", "relu", "tanh"))
     actor_critic_share_weights: bool = flag(True, "model", "One encoder for actor and critic, or one each.")
@@ -301,6 +299,8 @@ class Config:
     # not a flag: the flags parse_args fitted to the machine, as neither typed nor preset (sf_core/machine/fit.py)
     machine_fit: list[str] = field(default_factory=list, metadata={"group": "system", "cli": False})
     heartbeat_timeout: float = flag(60.0, "system", "Seconds a component may go without a heartbeat before the run stops, naming it.")
+    max_recoveries: int = flag(5, "system", "Deaths of a learner's process (with its batcher), a learner rank or an "
+                               "inference worker recovered from, each from the newest checkpoint (docs/faults.md).")
     sampling_only: bool = flag(False, "system", "Benchmarking: sample with inference but skip SGD (no learning).")
 
     # --- cluster (docs/distributed.md)

@@ -19,7 +19,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
-from typing import Callable
+from typing import Callable, Sequence
 
 import gymnasium as gym
 import torch
@@ -74,12 +74,16 @@ class Topology:
         return next((p for p in self.processes if p.name.startswith(followers.RANK_PREFIX) and not p.is_alive()
                      and p.exitcode != 0), None)
 
-    def stop_processes(self, grace: float, heartbeat_timeout: float) -> None:
+    def stop_processes(self, grace: float, heartbeat_timeout: float, unreachable: Sequence[str] = ()) -> None:
         """Wait up to `grace` seconds for every process to stop (the learner saves first), then kill what is
         left. A process with a stalled heartbeat is stuck in a slot (an env that never returns) and cannot
-        stop: it is not waited for, but still outlives the others, so nothing it shares goes from under them."""
+        stop: it is not waited for, but still outlives the others, so nothing it shares goes from under them.
+        Nor is one whose main loop's queue a dead process left locked (`unreachable` components: the stop
+        signal could not reach them), which waits inside that queue for good."""
         deadline = time.time() + grace
-        stuck = self.stuck_processes(heartbeat_timeout)
+        locked = {self.host[c.name].name for c in self.components if c.name in unreachable and c.name in self.host
+                  and c.event_loop is self.host[c.name].event_loop}
+        stuck = self.stuck_processes(heartbeat_timeout) | locked
         # re-read the heartbeats while waiting: a worker whose env hung a moment after another's is found
         # stuck within the grace period, not waited out
         while time.time() < deadline:
@@ -87,10 +91,12 @@ class Topology:
             if not waiting:
                 break
             waiting[0].join(timeout=min(0.2, max(0.0, deadline - time.time())))
-            stuck = self.stuck_processes(heartbeat_timeout)
+            stuck = self.stuck_processes(heartbeat_timeout) | locked
         for proc in self.processes:
             if proc.is_alive():  # components ignore SIGTERM (see component.configure_process): kill
-                if proc.name in stuck:
+                if proc.name in locked:
+                    log.warning("%s waits for good on a queue a dead process left locked: killing it", proc.name)
+                elif proc.name in stuck:
                     log.warning("%s is stuck (no heartbeat): killing it", proc.name)
                 else:
                     log.warning("%s did not stop in %.0fs: killing it", proc.name, grace)

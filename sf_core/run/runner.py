@@ -29,16 +29,18 @@ from sf_core.config import Config, ConfigError
 from sf_core.contracts.component import (Component, ComponentError, Routing, guarded, reuse_freed_memory,
                                          start_loop_watchdog)
 from sf_core.contracts.sample import BATCH_KEYS
-from sf_core.contracts.signals import EVALUATE, PBT_REPLACE, SAVE_CHECKPOINT, STOP, Report, RoutedSignal, Signal
+from sf_core.contracts.signals import EVALUATE, PBT_REPLACE, SAVE_CHECKPOINT, STOP, Report, Signal
 from sf_core.learning.group.link import GroupError
 from sf_core.machine.device import training_device
 from sf_core.machine.wiring import Setup, Topology, build_components, check_user_code, initial_model, probe_spaces
 from sf_core.records import wandb_logging
 from sf_core.records.experiment import Experiment
+from sf_core.run import emits
 from sf_core.run.evaluations import Evaluations
 from sf_core.run.run_records import closing_lines, error_lines, final_summary, start_stats
 from sf_core.run.population import Population
 from sf_core.run.progress import Progress
+from sf_core.run.recovery import Recovery, died
 from sf_core.run.stats import TrainingStats
 from sf_core.run.stop_conditions import TARGET, already_finished, limits_reached, reached_line
 from sf_core.service import training as services
@@ -50,7 +52,7 @@ EXIT_OK, EXIT_ERROR, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 130, 143
 CHECK_INTERVAL_SEC = 0.25
 SHUTDOWN_GRACE_SEC = 6.0
 DEATH_REPORT_GRACE_SEC = 1.0
-RANK_REPORT_GRACE_SEC = 3.0  # for the ingest to name the learner rank Ray lost, once a collective failed
+RANK_REPORT_GRACE_SEC = 3.0  # for the ingest (Ray) or the health check to name the dead rank a collective lost
 EMIT_TIMEOUT_SEC = 2.0
 MAX_WORKER_RESTARTS = 5
 
@@ -84,6 +86,7 @@ class Runner(Component):
         self.stopping = False
         self.restart_pending = False  # a worker died under --env_fault_policy=restart
         self.saved_at_shutdown = False
+        self.recovery = Recovery(cfg.max_recoveries, cfg.env_frameskip, not (self.serial or cfg.ray_address))
         self.last_check = time.time()  # when check() last ran: the loop watchdog reads it
         self.loop_done = threading.Event()
         self.threads_before_fork = 0
@@ -189,13 +192,12 @@ class Runner(Component):
         self.last_summary = self.last_console = self.last_save = time.time()
 
     def _restart_components(self) -> bool:
-        """After a rollout worker process died under --env_fault_policy=restart: every component
-        restarts from the checkpoint the shutdown just saved, the same path as a resume after a crash
-        (slot ownership stays simple: nothing of the old processes is reused). Stats carry on."""
+        """Every component restarts from the newest checkpoint, the path of a resume: nothing of the old processes is
+        reused. After a rollout worker's death, only from the one the shutdown saved; only a recovery rolls back."""
         self._stop_processes()
         self.topology.close_processes()
         self.restart_pending = False
-        if not self.saved_at_shutdown:  # restarting from an older checkpoint would silently roll back
+        if self.error is not None or not (self.saved_at_shutdown or self.recovery.pending):
             self._fail("runner", "a rollout worker died and --env_fault_policy=restart could not restart: the "
                                  "learner did not save a checkpoint on the way down")
             return False
@@ -203,8 +205,9 @@ class Runner(Component):
         Routing.drain(self.loop)  # reports or errors the old components sent while stopping
         Routing.rearm(self.loop)
         self.stopping = False
-        self.dead_since.clear()
+        self.dead_since, self.group_failure = {}, None
         self._build(resume=True, start_method="forkserver")  # this process now runs threads: fork a clean one
+        self.recovery.restored(self.population.states, self.population.resume_from, self.stats)
         self._start_components()
         return True
 
@@ -218,14 +221,16 @@ class Runner(Component):
     def on_report(self, report: Report) -> None:
         if not self.evaluations.take(report, self.stats):  # an evaluation's result, else the run's statistics
             self.stats.add(report)
+            self.recovery.saw(report)
 
     @guarded
     def on_component_error(self, component: str, details: str) -> None:
         rank = self.topology.dead_learner_rank()
         if rank is not None:  # a learner rank's death fails the learner's next collective: name the cause
-            component, details = rank.name, _died(rank)
-        elif details.startswith(GroupError.MARK) and self.cfg.ray_address and self.group_failure is None:
-            # a rank on the cluster is gone: the ingest names it as soon as Ray tells it which (check() waits)
+            self._recover_or_fail(rank)
+            return
+        if details.startswith(GroupError.MARK) and self.group_failure is None:
+            # a rank is gone: the ingest names it once Ray says which, or the health check sees it (check() waits)
             self.group_failure = (component, details, time.time())
             return
         self._fail(component, details)
@@ -246,7 +251,7 @@ class Runner(Component):
             self._emit(PBT_REPLACE, r.source, r.hyperparams, route=r.policy)
         if now - self.last_summary >= cfg.experiment_summaries_interval:
             stats.write_summaries(self.population.pbt.scalars() if self.population.pbt else None)
-            self.experiment.write_summary(stats.summary(None, None, running=True))  # read live by benchmarks
+            self.experiment.write_summary({**stats.summary(None, None, running=True), **self.recovery.summary()})
             self.last_summary = now
         if self.progress is not None:
             self.progress.update(stats.frames, now)
@@ -281,16 +286,15 @@ class Runner(Component):
             # a crashing component reports its error just before exiting: give that report a moment
             first_seen = self.dead_since.setdefault(proc.name, now)
             if now - first_seen > DEATH_REPORT_GRACE_SEC:
-                message = _died(proc)
                 if self._may_restart_after(proc):
                     self.stats.worker_restarts += 1
                     log.warning("%s; --env_fault_policy=restart: restarting every component from a fresh "
-                                "checkpoint (restart %d of at most %d)", message, self.stats.worker_restarts,
+                                "checkpoint (restart %d of at most %d)", died(proc), self.stats.worker_restarts,
                                 MAX_WORKER_RESTARTS)
                     self.restart_pending = True
                     self._shutdown()  # saves a checkpoint, stops the rest, ends this loop's exec
                 else:
-                    self._fail(proc.name, message)
+                    self._recover_or_fail(proc)
                 return
         heartbeats = self.topology.control.heartbeats if self.topology.control is not None else None
         if heartbeats is not None:
@@ -306,6 +310,19 @@ class Runner(Component):
         return (self.cfg.env_fault_policy == "restart" and self.exit_code is None
                 and dead.name.startswith("rollout_worker_") and all(p is not None and p.is_alive() for p in learners)
                 and self.stats.worker_restarts < MAX_WORKER_RESTARTS)
+
+    def _recover_or_fail(self, proc) -> None:
+        """A learner, learner rank or inference worker killed is recovered from (sf_core/run/recovery.py), else stop."""
+        process, cause, hosted = proc.name, died(proc), [c for c, p in self.topology.host.items() if p is proc]
+        if self.exit_code is None and self.recovery.handles(process, hosted, proc.exitcode):
+            # a death while a recovery stops the rest (a rank after rank 0) is part of that recovery
+            if self.restart_pending or self.recovery.begin(process, cause, self.dead_since.get(process, time.time())):
+                self.restart_pending, self.group_failure = True, None  # the failed collective is explained
+                self._shutdown()  # the learners still alive save first; ends this loop's exec
+                return
+            cause = self.recovery.refusal(cause)
+        self._fail(process, cause)
+        self._shutdown()
 
     def _fail(self, component: str, details: str) -> None:
         if self.error is None:
@@ -331,24 +348,12 @@ class Runner(Component):
         # never emit into the queue of a dead process: it may have died holding the queue's lock
         Routing.forget_receivers(self, [c.object_id for c in self.topology.dead_components()])
         self._request_checkpoint()  # queued before stop: the learner saves, then stops
-        self._emit(STOP)
-        self._stop_processes()
+        self._stop_processes(emits.emit(self, STOP, (), None, self.serial, EMIT_TIMEOUT_SEC))  # unreachable: no wait
         self.loop.stop()
 
     def _emit(self, signal_: Signal, *args, route: int | None = None) -> None:
-        """The runner's emits must not hang: a component killed mid-put leaves a queue locked for good
-        (see Routing.emit_bounded); a receiver behind it is killed by Topology.stop_processes instead.
-        `route`: the policy a routed signal is for."""
-        if self.serial:  # one process: nothing can die holding a lock
-            if isinstance(signal_, RoutedSignal) and route is not None:
-                signal_.emit_to(self, route, *args)
-            else:
-                signal_.emit(self, *args)
-            return
-        unreachable = Routing.emit_bounded(self, signal_, args, timeout=EMIT_TIMEOUT_SEC, route=route)
-        if unreachable:
-            log.warning("could not deliver '%s' to %s: a dead process left its queue locked",
-                        signal_.name, ", ".join(sorted(unreachable)))
+        """`route`: the policy a routed signal is for. Never hangs on a dead process's queue (sf_core/run/emits.py)."""
+        emits.emit(self, signal_, args, route, self.serial, EMIT_TIMEOUT_SEC)
 
     def _stop_after_failure(self) -> None:
         """Save and stop after an exception ended the runner's loop. Serial mode: the loop died with the
@@ -366,8 +371,8 @@ class Runner(Component):
         except ComponentError:
             log.warning("could not save a checkpoint after the failure")
 
-    def _stop_processes(self) -> None:
-        self.topology.stop_processes(SHUTDOWN_GRACE_SEC, self.cfg.heartbeat_timeout)
+    def _stop_processes(self, unreachable: list[str] | None = None) -> None:
+        self.topology.stop_processes(SHUTDOWN_GRACE_SEC, self.cfg.heartbeat_timeout, unreachable or [])
 
     def _close(self) -> None:
         if self.progress is not None:
@@ -381,7 +386,7 @@ class Runner(Component):
         # from disk: in serial mode the learner's checkpoint_saved may still sit behind the loop's end
         last = self.population.last_checkpoints()
         self.last_checkpoint = last[self.stats.best_policy()]
-        summary = final_summary(self.stats, last, self.exit_code, self.error)
+        summary = {**final_summary(self.stats, last, self.exit_code, self.error), **self.recovery.summary()}
         self._closing("write training_summary.json", lambda: self.experiment.write_summary(summary))
         for line in closing_lines(self.stats, last, self.cfg.time_report):
             log.info(line)
@@ -394,7 +399,3 @@ class Runner(Component):
         except OSError as exc:
             log.warning("could not %s: %s", what, exc)
             self._fail("runner", f"could not {what}: {exc}")
-
-
-def _died(proc) -> str:  # a ComponentProcess (death_hint: its likely cause) or a learner rank's process
-    return f"process {proc.name} (pid {proc.pid}) died with exit code {proc.exitcode}" + getattr(proc, "death_hint", "")

@@ -10,7 +10,7 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
 from sf_core.contracts.buffers import DatasetBuffers, SharedWeights
-from sf_core.contracts.component import configure_process
+from sf_core.contracts.component import configure_process, name_process
 from sf_core.learning.group.link import STOP, TRAIN, GroupSpec
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ def follow(rank: int, spec: GroupSpec, trainer: Trainer, datasets: DatasetBuffer
            runner_pid: int, torch_threads: int) -> None:
     """A rank ≥ 1 on the learner's machine. If rank 0 dies, the collective it waits in fails at once (or times
     out); if the runner dies, `_exit_with` ends it."""
+    name_process(rank_name(rank))
     configure_process(torch_threads)
     _exit_with(runner_pid)
     train_as_follower(rank, spec, trainer, datasets, weights)
@@ -61,12 +62,23 @@ def train_as_follower(rank: int, spec: GroupSpec, trainer: Trainer, datasets: Da
 
 def _exit_with(runner_pid: int) -> None:
     """What ParentWatchdog (sf_core/contracts/component.py) does for a component, on a thread: this process spends
-    its time inside collectives, not on an event loop."""
+    its time inside collectives, not on an event loop. Its parent is the runner, or the forkserver the runner
+    restarts components from (which exits with the runner): whichever it is, this process ends when it goes, and
+    when the runner does."""
+    parent = os.getppid()
 
     def watch() -> None:
         while True:
             time.sleep(1.0)
-            if os.getppid() != runner_pid:
+            if os.getppid() != parent or not _exists(runner_pid):
                 os._exit(3)
 
     threading.Thread(target=watch, name="runner_watchdog", daemon=True).start()
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:  # none, or another user's process took the number: the runner is gone
+        return False
+    return True
