@@ -361,8 +361,7 @@ class Runner(Component):
         if self._stats is None:  # nothing started that could save
             return
         if not self.serial:
-            self._shutdown()
-            return
+            return self._shutdown()
         Routing.rearm(self.loop)
         self._request_checkpoint()
         STOP.emit(self)
