@@ -29,7 +29,7 @@ from sf_core.config import Config, ConfigError
 from sf_core.contracts.component import (Component, ComponentError, Routing, guarded, reuse_freed_memory,
                                          start_loop_watchdog)
 from sf_core.contracts.sample import BATCH_KEYS
-from sf_core.contracts.signals import EVALUATE, PBT_REPLACE, SAVE_CHECKPOINT, STOP, Report, RoutedSignal, Signal
+from sf_core.contracts.signals import EVALUATE, PBT_REPLACE, SAVE_CHECKPOINT, STOP, Report, Signal
 from sf_core.learning.group.link import GroupError
 from sf_core.machine.device import training_device
 from sf_core.machine.wiring import Setup, Topology, build_components, check_user_code, initial_model, probe_spaces
@@ -41,6 +41,7 @@ from sf_core.run.population import Population
 from sf_core.run.progress import Progress
 from sf_core.run.stats import TrainingStats
 from sf_core.run.stop_conditions import TARGET, already_finished, limits_reached, reached_line
+from sf_core.run.worker_replacement import REPLACED, RESTART_ALL, WorkerReplacement
 from signal_slot.signal_slot import EventLoop, Timer
 
 log = logging.getLogger("sf_core")
@@ -82,6 +83,7 @@ class Runner(Component):
         self.last_checkpoint: str | None = None
         self.stopping = False
         self.restart_pending = False  # a worker died under --env_fault_policy=restart
+        self.replacement = WorkerReplacement.for_run(self.cfg, self.serial)  # a dead or hung worker, replaced alone
         self.saved_at_shutdown = False
         self.last_check = time.time()  # when check() last ran: the loop watchdog reads it
         self.loop_done = threading.Event()
@@ -192,12 +194,12 @@ class Runner(Component):
         restarts from the checkpoint the shutdown just saved, the same path as a resume after a crash
         (slot ownership stays simple: nothing of the old processes is reused). Stats carry on."""
         self._stop_processes()
-        self.topology.close_processes()
         self.restart_pending = False
         if not self.saved_at_shutdown:  # restarting from an older checkpoint would silently roll back
             self._fail("runner", "a rollout worker died and --env_fault_policy=restart could not restart: the "
                                  "learner did not save a checkpoint on the way down")
-            return False
+            return False  # its processes are closed with the run's end (_close)
+        self.topology.close_processes()
         Routing.forget_all(self)  # connections to the old components
         Routing.drain(self.loop)  # reports or errors the old components sent while stopping
         Routing.rearm(self.loop)
@@ -217,6 +219,7 @@ class Runner(Component):
     def on_report(self, report: Report) -> None:
         if not self.evaluations.take(report, self.stats):  # an evaluation's result, else the run's statistics
             self.stats.add(report)
+            self.replacement.on_report(report, self.stats, self.topology, time.time())
 
     @guarded
     def on_component_error(self, component: str, details: str) -> None:
@@ -245,7 +248,7 @@ class Runner(Component):
             self._emit(PBT_REPLACE, r.source, r.hyperparams, route=r.policy)
         if now - self.last_summary >= cfg.experiment_summaries_interval:
             stats.write_summaries(self.population.pbt.scalars() if self.population.pbt else None)
-            self.experiment.write_summary(stats.summary(None, None, running=True))  # read live by benchmarks
+            self.experiment.write_summary({**stats.summary(None, None, running=True), "pids": self.topology.pids()})
             self.last_summary = now
         if self.progress is not None:
             self.progress.update(stats.frames, now)
@@ -277,27 +280,28 @@ class Runner(Component):
         for proc in self.topology.processes:
             if proc.is_alive():
                 continue
-            # a crashing component reports its error just before exiting: give that report a moment
+            # a crashing component reports its error just before exiting: a moment for it (none if it was killed)
             first_seen = self.dead_since.setdefault(proc.name, now)
-            if now - first_seen > DEATH_REPORT_GRACE_SEC:
-                message = _died(proc)
-                if self._may_restart_after(proc):
+            if now - first_seen > DEATH_REPORT_GRACE_SEC or (proc.exitcode or 0) < 0:
+                verdict = self.replacement.on_death(proc, _died(proc), self.topology, self.stats, now,
+                                                    self._may_restart_after(proc))
+                if verdict.action == REPLACED:
+                    self.dead_since.pop(proc.name, None)
+                    continue
+                if verdict.action == RESTART_ALL:
                     self.stats.worker_restarts += 1
                     log.warning("%s; --env_fault_policy=restart: restarting every component from a fresh "
-                                "checkpoint (restart %d of at most %d)", message, self.stats.worker_restarts,
+                                "checkpoint (restart %d of at most %d)", verdict.message, self.stats.worker_restarts,
                                 MAX_WORKER_RESTARTS)
                     self.restart_pending = True
                     self._shutdown()  # saves a checkpoint, stops the rest, ends this loop's exec
                 else:
-                    self._fail(proc.name, message)
+                    self._fail(proc.name, verdict.message)
                 return
-        heartbeats = self.topology.control.heartbeats if self.topology.control is not None else None
-        if heartbeats is not None:
-            for name, silent, activity in heartbeats.stalled(self.cfg.heartbeat_timeout, now):
-                limit = self.cfg.heartbeat_timeout
-                self._fail(name, f"no heartbeat for {silent:.0f}s (--heartbeat_timeout={limit:g}); "
-                                 f"its last activity: {activity}")
-                return
+        for name, silent, activity in self.replacement.kill_hung(self.topology, now):
+            self._fail(name, f"no heartbeat for {silent:.0f}s (--heartbeat_timeout={self.cfg.heartbeat_timeout:g}); "
+                             f"its last activity: {activity}")
+            return
 
     def _may_restart_after(self, dead) -> bool:
         """Only a rollout worker's death is survivable, and only while the learner can still save."""
@@ -339,10 +343,7 @@ class Runner(Component):
         (see Routing.emit_bounded); a receiver behind it is killed by Topology.stop_processes instead.
         `route`: the policy a routed signal is for."""
         if self.serial:  # one process: nothing can die holding a lock
-            if isinstance(signal_, RoutedSignal) and route is not None:
-                signal_.emit_to(self, route, *args)
-            else:
-                signal_.emit(self, *args)
+            signal_.emit_routed(self, route, *args)
             return
         unreachable = Routing.emit_bounded(self, signal_, args, timeout=EMIT_TIMEOUT_SEC, route=route)
         if unreachable:
