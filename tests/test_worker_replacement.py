@@ -257,6 +257,27 @@ def test_a_worker_that_died_inside_a_queue_operation_makes_every_component_resta
     assert f"the signal queue of {fault['component']} stays locked" in fault["cause"]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_a_component_stuck_where_its_watchdog_cannot_run_dies_with_a_killed_trainer(tmp_path):
+    """A process blocked for good (on a queue a killed process left locked; here stopped) never runs its parent
+    watchdog: the kernel's parent-death signal ends it when the trainer is killed."""
+    proc = launch.start(["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--experiment=r",
+                         "--experiment_summaries_interval=0.2", "--train_for_seconds=60"])
+    try:
+        watch(tmp_path, proc, lambda s: s["frames"] > 0 and "pids" in s, 60)
+        stuck = psutil.Process(read_summary(tmp_path, "r")["pids"]["rollout_worker_0"])
+        stuck.suspend()
+        proc.kill()
+        proc.wait(timeout=10)
+        gone, alive = psutil.wait_procs([stuck], timeout=10)
+    finally:
+        SEEN.clear()
+        if proc.poll() is None:
+            proc.kill()
+    assert not alive, "a stopped component outlived the trainer killed with SIGKILL"
+
+
 def test_locked_queues_names_the_receiver_behind_a_queue_a_dead_process_left_locked():
     from sf_core.contracts.component import Component, Routing
     from sf_core.contracts.signals import Signal

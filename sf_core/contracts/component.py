@@ -26,6 +26,7 @@ import faster_fifo
 import torch
 from sf_core.common.allocator import reuse_freed_memory  # noqa: F401  (re-exported: what component processes do)
 from sf_core.common.logs import quiet_signal_slot_logs, setup_logging
+from sf_core.common.parent_death import die_with_parent
 from sf_core.envs.env_check import EnvContractError
 from sf_core.contracts.control import ControlBlock
 from sf_core.contracts.polling_queue import PollingQueue
@@ -294,6 +295,7 @@ def configure_process(torch_threads: int) -> None:
     """
     os_signal.signal(os_signal.SIGINT, os_signal.SIG_IGN)
     os_signal.signal(os_signal.SIGTERM, os_signal.SIG_IGN)
+    die_with_parent()
     setup_logging()  # a spawned process (and every process of a sampler on a cluster node) starts without it
     torch.set_num_threads(torch_threads)
     reuse_freed_memory()
