@@ -140,7 +140,7 @@ def test_every_signal_is_declared_once_with_a_meaning():
 
 def test_component_processes_carry_short_os_names():
     """`ps` and psutil tell the components apart by name (Linux keeps 15 characters of it)."""
-    from sf_core.contracts.component import process_title
+    from sf_core.common.process_name import process_title
 
     assert process_title("rollout_worker_12_proc") == "sf:rw12"
     assert process_title("inference_worker_p1_0_proc") == "sf:infp1_0"

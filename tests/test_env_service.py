@@ -297,6 +297,7 @@ def test_failed_slot_drops_the_unfinished_trajectory_and_the_split_waits_for_a_s
                 stepped.put(args[0])
             elif name == NEW_TRAJECTORIES.route(0):  # what the batcher of policy 0 would copy for the learner: the slot's tags
                 sent.append(set(buffers["obs"][args[0], :, 0, 4].tolist()))
+                buffers.holds.release(0, args[0])  # as the batcher does before it frees the slot
                 worker.slots_freed([args[0]])
             elif name == REPORT.name:
                 reports.append(args[0])

@@ -8,7 +8,6 @@ import subprocess
 import textwrap
 import time
 
-import psutil
 import pytest
 
 import sf_core.train
@@ -225,31 +224,6 @@ def test_plot_compares_two_experiments(tmp_path):
         assert image.format == "PNG" and image.size[0] >= 800 and image.size[1] >= 300
     # both curves are there: the legend texts are drawn, so the file is far from a blank canvas
     assert out.stat().st_size > 20_000
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(120)
-def test_restart_policy_survives_a_killed_worker_process(tmp_path):
-    proc = launch.start(["--env=CartPole-v1", "--num_workers=2", "--env_fault_policy=restart",
-                          f"--train_dir={tmp_path}", "--experiment=w", "--train_for_env_steps=600000",
-                          "--train_for_seconds=90", "--report_interval=0.5", "--seed=3"])
-    try:
-        seen = wait_for_training(proc)
-        workers = [c for c in psutil.Process(proc.pid).children()
-                   if "resource_tracker" not in " ".join(c.cmdline())][1:3]  # inference is started first
-        assert len(workers) == 2
-        workers[0].kill()
-        proc.wait(timeout=100)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    output = "".join(seen)
-    assert proc.returncode == 0, output[-3000:]
-    assert "restarting every component from a fresh checkpoint" in output
-    summary = read_summary(tmp_path, "w")
-    assert summary["worker_restarts"] == 1
-    assert summary["frames"] >= 600000  # training carried on to its target after the restart
-    assert summary["mean_return"] > 100
 
 
 def _make_start_order_objects(main_loop, thread_loop, results):

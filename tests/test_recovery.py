@@ -50,7 +50,7 @@ class Watched:
             time.sleep(0.1)
 
     def component(self, name: str) -> psutil.Process:
-        """The component process of that name (sf_core.contracts.component.process_title: sf:learner, sf:inf0)."""
+        """The component process of that name (sf_core.common.process_name.process_title: sf:learner, sf:inf0)."""
         found = [p for p in psutil.Process(self.proc.pid).children(recursive=True) if p.name() == name]
         assert len(found) == 1, found
         return found[0]

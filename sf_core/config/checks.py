@@ -13,7 +13,7 @@ POSITIVE = ("num_workers", "num_envs_per_worker", "worker_num_splits", "policy_w
             "stats_window", "env_frameskip", "keep_checkpoints", "eval_episodes")
 POSITIVE_NUMBERS = ("learning_rate", "train_for_seconds", "heartbeat_timeout", "report_interval",
                     "experiment_summaries_interval", "save_every_sec", "env_service_timeout",
-                    "env_service_recheck_interval", "env_service_down_timeout")
+                    "env_service_recheck_interval", "env_service_down_timeout", "worker_replacement_window")
 
 
 @register_check
@@ -27,7 +27,7 @@ def check_ranges(cfg: Config) -> None:
         value = getattr(cfg, name)
         if not (value > 0 and math.isfinite(value)):
             raise ConfigError(f"--{name} must be a positive number, got {value}")
-    for name in ("max_policy_lag", "max_recoveries"):
+    for name in ("max_policy_lag", "max_recoveries", "max_worker_replacements"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"--{name} must be at least 0, got {getattr(cfg, name)}")
     if cfg.eval_every_env_steps < 0:

@@ -11,7 +11,9 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
+
+from sf_core.config.check_registry import register_check, registered_checks  # noqa: F401  (re-exported)
 
 GROUPS = ("experiment", "env", "rollout", "learning", "policies", "model", "logging", "system", "cluster")
 
@@ -68,10 +70,14 @@ class Config:
     reward_scale: float = flag(1.0, "env", "Rewards are multiplied by this before learning.")
     reward_clip: float = flag(1000.0, "env", "Scaled rewards are clipped to [-reward_clip, reward_clip].")
     env_fault_policy: str = flag(
-        "stop", "env", "When an env raises or a rollout worker process dies: stop training (with a checkpoint), "
-        "or restart and carry on: new envs for that split (its half-finished trajectory is discarded), or, for a "
-        "dead process, every component restarted from a fresh checkpoint. Both are counted in TensorBoard.",
-        choices=("stop", "restart"))
+        "stop", "env", "When an env raises or a rollout worker process dies or hangs (--heartbeat_timeout): stop "
+        "training (with a checkpoint), or restart and carry on: new envs for that split (its half-finished trajectory "
+        "is discarded), or, for a dead or hung worker, a new process for it alone while the others go on "
+        "(docs/faults.md). Counted in TensorBoard and training_summary.json.", choices=("stop", "restart"))
+    max_worker_replacements: int = flag(
+        5, "env", "--env_fault_policy=restart: a rollout worker that needs more replacements than this within "
+        "--worker_replacement_window seconds stops the run (with a checkpoint), naming it and why it died.")
+    worker_replacement_window: float = flag(600.0, "env", "Seconds over which --max_worker_replacements counts.")
     check_env: bool = flag(
         True, "env", "Before anything starts, reset and step one env in the main process and check it keeps the "
         "gymnasium API (or the multi-agent contract): spaces, return values, observation shapes and dtypes. A broken "
@@ -298,7 +304,9 @@ class Config:
         choices=("auto", "spawn", "forkserver", "fork"))
     # not a flag: the flags parse_args fitted to the machine, as neither typed nor preset (sf_core/machine/fit.py)
     machine_fit: list[str] = field(default_factory=list, metadata={"group": "system", "cli": False})
-    heartbeat_timeout: float = flag(60.0, "system", "Seconds a component may go without a heartbeat before the run stops, naming it.")
+    heartbeat_timeout: float = flag(60.0, "system", "Seconds a component may go without a heartbeat before it counts "
+                                    "as hung: the run stops, naming it (a rollout worker under --env_fault_policy="
+                                    "restart is killed and replaced instead).")
     max_recoveries: int = flag(5, "system", "Deaths of a learner's process (with its batcher), a learner rank or an "
                                "inference worker recovered from, each from the newest checkpoint (docs/faults.md).")
     sampling_only: bool = flag(False, "system", "Benchmarking: sample with inference but skip SGD (no learning).")
@@ -336,7 +344,7 @@ class Config:
     def validate(self) -> None:
         """Every registered check (sf_core/config/checks.py, then each feature's own): ConfigError on the first
         flag value that cannot work."""
-        for check in _CHECKS:
+        for check in registered_checks():
             check(self)
 
     def policy_overrides(self) -> dict[int, dict[str, float]]:
@@ -372,19 +380,6 @@ class Config:
     def from_dict(cls, saved: dict[str, Any]) -> "Config":
         """A saved config (config.json, a checkpoint's); flags this version no longer has are dropped."""
         return cls(**{k: v for k, v in saved.items() if k in _FIELDS})
-
-
-# A feature checks its own flags: its module registers the check when imported, so this module imports no
-# feature. sf_core.cli.arguments.parse_args imports every such module before it validates.
-_CHECKS: list[Callable[[Config], None]] = []
-
-
-def register_check(check: Callable[[Config], None]) -> Callable[[Config], None]:
-    """Add `check` to what `Config.validate` runs (after the checks of this module); it raises ConfigError.
-    Usable as a decorator. A check registered twice runs once."""
-    if check not in _CHECKS:
-        _CHECKS.append(check)
-    return check
 
 
 def default(name: str) -> Any:

@@ -3,8 +3,9 @@
 Trajectory buffers hold every field of the sample schema (sf_core/contracts/sample.py) as
 `[num_slots, rollout + 1, rows_per_split, ...]`, one row per agent of each env of the split
 (`envs_per_split × agents_per_env`; single-agent envs: one row per env). A slot belongs to one split of
-one rollout worker; each split owns `sets_per_split` slots and cycles through them. Signals between
-components carry only slot and row indices.
+one rollout worker; each split owns `sets_per_split` slots and cycles through them; which policies' batchers
+hold a slot is in `SlotHolds` (sf_core/contracts/slot_holds.py). Signals between components carry only slot and
+row indices.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from torch import nn
 
 from sf_core.config import Config
 from sf_core.contracts.sample import FIELD, FIELDS, SampleSpaces, batch_tensors
+from sf_core.contracts.slot_holds import SlotHolds
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class BufferLayout:
     rollout: int
     sets_per_split: int
     agents_per_env: int = 1  # multi-agent envs: each agent is a trajectory row of its own
+    num_policies: int = 1
 
     @classmethod
     def from_config(cls, cfg: Config, agents_per_env: int = 1) -> "BufferLayout":
@@ -40,15 +43,22 @@ class BufferLayout:
         if cfg.async_rl:
             # With --env_service, splits without slots (down, drained, or not added yet: more envs than
             # slots) produce nothing for a while: room for one live split to fill a dataset alone, or the
-            # learner would wait for trajectories that the live splits have no slot to write
-            producers = rows if cfg.env_service else trajectories_per_round
+            # learner would wait for trajectories that the live splits have no slot to write. With
+            # --env_fault_policy=restart, a worker being replaced does (sf_core/run/worker_replacement.py):
+            # room for the others to fill one without it
+            producers = trajectories_per_round
+            if cfg.env_service:
+                producers = rows
+            elif cfg.env_fault_policy == "restart" and cfg.num_workers > 1:
+                producers -= cfg.worker_num_splits * rows
             sets = math.ceil(dataset_trajectories / producers) + 1
         else:
             # a slot is freed only once all its trajectories are copied, so a dataset that splits a
             # slot leaves up to rows - 1 of them waiting: room for those too, or it deadlocks
             partial = rows - 1 if dataset_trajectories % rows else 0
             sets = math.ceil((dataset_trajectories + partial) / trajectories_per_round)
-        return cls(cfg.num_workers, cfg.worker_num_splits, cfg.envs_per_split(), cfg.rollout, sets, agents_per_env)
+        return cls(cfg.num_workers, cfg.worker_num_splits, cfg.envs_per_split(), cfg.rollout, sets, agents_per_env,
+                   cfg.num_policies)
 
     @property
     def rows_per_split(self) -> int:
@@ -71,6 +81,17 @@ class BufferLayout:
 
     def worker_of_slot(self, slot: int) -> int:
         return slot // (self.sets_per_split * self.num_splits)
+
+    def ticket(self, split: int, incarnation: int) -> int:
+        """What a policy request names a split by: the split, and which process of its worker asked
+        (sf_core/contracts/control.py, incarnations), so an answer meant for a dead process is told apart."""
+        return split + self.num_splits * incarnation
+
+    def split_of(self, ticket: int) -> int:
+        return ticket % self.num_splits
+
+    def incarnation_of(self, ticket: int) -> int:
+        return ticket // self.num_splits
 
 
 def _shared(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -98,6 +119,7 @@ class TrajectoryBuffers:
         # the final observation of an env truncated at the last step (its value bootstraps the cut episode)
         obs_shape, obs_dtype = spaces.storage(FIELD["obs"])
         self.final_obs = _shared((splits, rows) + obs_shape, obs_dtype)
+        self.holds = SlotHolds(layout.num_policies, layout.num_slots)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.fields[name]

@@ -9,7 +9,7 @@ instead of waiting for a timeout.
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import functools
 import gc
 import logging
@@ -20,13 +20,17 @@ import threading
 import time
 import traceback
 from queue import Empty, Full
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import faster_fifo
 import torch
+from sf_core.common.allocator import reuse_freed_memory  # noqa: F401  (re-exported: what component processes do)
 from sf_core.common.logs import quiet_signal_slot_logs, setup_logging
+from sf_core.common.parent_death import die_with_parent
+from sf_core.common.process_name import name_process
 from sf_core.envs.env_check import EnvContractError
 from sf_core.contracts.control import ControlBlock
+from sf_core.contracts.polling_queue import PollingQueue
 from sf_core.contracts.signals import COMPONENT_ERROR, REPORT, RoutedSignal, Signal
 from sf_core.contracts.timing import PhaseClock
 from signal_slot.signal_slot import EventLoop, EventLoopObject, EventLoopProcess, Timer
@@ -159,12 +163,18 @@ class Routing:
         if isinstance(old, faster_fifo.Queue) and old.max_size_bytes >= SIGNAL_QUEUE_BYTES:
             old.dumps = pickle.dumps  # what faster-fifo's `dumps=` argument sets; pickled with the queue
             return loop
-        loop.signal_queue = faster_fifo.Queue(max_size_bytes=SIGNAL_QUEUE_BYTES, dumps=pickle.dumps)
+        Routing._swap_queue(loop, faster_fifo.Queue(max_size_bytes=SIGNAL_QUEUE_BYTES, dumps=pickle.dumps))
+        return loop
+
+    @staticmethod
+    def _swap_queue(loop: EventLoop, new: Any) -> None:
+        """The loop reads `new`, and its objects' connections to each other put into it (one put per signal: a
+        sender's distinct queues each get the message)."""
+        old, loop.signal_queue = loop.signal_queue, new
         for obj in list(loop.objects.values()):  # the loop's own connections (its terminate signal)
             for receiver, queue in obj.receiver_queues.items():
                 if queue is old:
-                    obj.receiver_queues[receiver] = loop.signal_queue
-        return loop
+                    obj.receiver_queues[receiver] = new
 
     @staticmethod
     def emit_bounded(sender: EventLoopObject, signal_: Signal, args: tuple, timeout: float = 2.0,
@@ -195,6 +205,40 @@ class Routing:
             if thread.is_alive():
                 unreachable += receivers
         return unreachable
+
+    @staticmethod
+    def locked_queues(sender: EventLoopObject, timeout: float = 1.0) -> list[str]:
+        """The receivers of `sender` (the components of a dead process) whose queue a put cannot enter within
+        `timeout`: its process may have died inside a put or get, holding the lock for good (see `emit_bounded`).
+        Each queue gets one message no receiver is connected to, which its loop discards; the sender's own loop's
+        queue is emptied first (what was sent to the dead process is stale)."""
+        own = sender.event_loop.signal_queue
+        by_queue: dict[int, tuple[Any, list[str]]] = {id(own): (own, [sender.object_id])}
+        for receiver, queue in sender.receiver_queues.items():
+            by_queue.setdefault(id(queue), (queue, []))[1].append(receiver)
+        probes = []
+        for queue, receivers in by_queue.values():
+            args = (queue, [(sender.object_id, "queue_probe", ())], queue is own)
+            probes.append((threading.Thread(target=_probe, args=args, daemon=True, name="queue_probe"), receivers))
+            probes[-1][0].start()
+        deadline = time.monotonic() + timeout
+        for thread, _ in probes:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return sorted({r for thread, receivers in probes if thread.is_alive() for r in receivers})
+
+    @staticmethod
+    def poll_only(loop: EventLoop) -> None:
+        """Read the loop's queue without ever waiting on it (`PollingQueue`): for a process that takes over the
+        queue of one that died, maybe while waiting on it."""
+        if not isinstance(loop.signal_queue, PollingQueue):
+            Routing._swap_queue(loop, PollingQueue(loop.signal_queue))
+
+    @staticmethod
+    def restart_timers(loop: EventLoop) -> None:
+        """Count every timer of the loop from now: in a process started long after the loop was built (a
+        replacement), each would otherwise fire once per interval missed since."""
+        for timer in list(loop.timers):
+            timer.start()
 
     @staticmethod
     def forget_receivers(sender: EventLoopObject, receiver_ids: list[str]) -> None:
@@ -234,6 +278,14 @@ def _put_quietly(queue: Any, message: list) -> None:
         logging.getLogger(__name__).warning("a signal queue is full: dropped %s", message[0][1])
 
 
+def _probe(queue: Any, message: list, drain: bool) -> None:
+    """A put into `queue` (its lock, and its condition variable's signal); first, with `drain`, a get of all."""
+    with contextlib.suppress(Empty):
+        while drain:
+            queue.get_many(block=False)
+    _put_quietly(queue, message)
+
+
 def configure_process(torch_threads: int) -> None:
     """In a component process: leave Ctrl-C and SIGTERM to the runner, keep torch to its thread budget.
 
@@ -244,52 +296,11 @@ def configure_process(torch_threads: int) -> None:
     """
     os_signal.signal(os_signal.SIGINT, os_signal.SIG_IGN)
     os_signal.signal(os_signal.SIGTERM, os_signal.SIG_IGN)
+    die_with_parent()
     setup_logging()  # a spawned process (and every process of a sampler on a cluster node) starts without it
     torch.set_num_threads(torch_threads)
     reuse_freed_memory()
     quiet_signal_slot_logs()
-
-
-# what `ps`, `top` and psutil's name() show for a component process: Linux keeps 15 characters
-_SHORT_NAMES = (("rollout_worker_", "rw"), ("inference_worker_", "inf"), ("learner_rank_", "rank"), ("_proc", ""))
-
-
-def process_title(name: str) -> str:
-    """The OS name of the process hosting `name` (e.g. rollout_worker_3_proc -> sf:rw3)."""
-    for long, short in _SHORT_NAMES:
-        name = name.replace(long, short)
-    return f"sf:{name}"[:15]
-
-
-def name_process(name: str) -> None:
-    """Name this process for the OS (Linux prctl PR_SET_NAME), so a user or a chaos test can tell the
-    components apart by name rather than by start order; elsewhere a no-op."""
-    try:
-        prctl = ctypes.CDLL(None).prctl
-    except (OSError, AttributeError):
-        return
-    pr_set_name = 15
-    prctl(pr_set_name, ctypes.c_char_p(process_title(name).encode()), 0, 0, 0)
-
-
-def reuse_freed_memory() -> None:
-    """Let glibc keep big freed blocks for the next allocation instead of returning them to the OS.
-
-    Above its mmap threshold (32 MiB at most) glibc maps every allocation afresh and unmaps it on
-    free, so each new tensor of that size pays a page fault per 4 KiB page when first written: 512
-    stacked Atari frames as float32 are 58 MiB, ~14k faults per conversion. Training allocates the
-    same sizes over and over: after a few iterations the heap holds a few copies of the biggest
-    block (torch's aligned allocations leave gaps) and stops growing (tests/test_allocator.py,
-    docs/performance.md). Linux/glibc only; elsewhere the allocator is left as it is.
-    """
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return
-    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's <malloc.h> parameter numbers
-    mallopt(m_mmap_threshold, 1 << 30)  # blocks up to 1 GiB come from the heap
-    mallopt(m_trim_threshold, 1 << 30)  # free memory at the heap's top is kept up to 1 GiB
 
 
 class ComponentProcess(EventLoopProcess):
@@ -303,9 +314,19 @@ class ComponentProcess(EventLoopProcess):
         self.threads: list[tuple[EventLoop, Component]] = []  # extra loops run on threads (the batcher)
         self.death_hint = ""  # what the runner adds when this process dies: its likely cause
 
+    def renew(self) -> None:
+        """Make this process startable again after its OS process died (sf_core/run/worker_replacement.py): a new
+        one of the same start method runs the components as they were built (this copy never ran them), on the
+        same signal queue, so every connection to them still holds."""
+        old = cast(Any, self)._process  # signal-slot's wrapped multiprocessing process
+        self._process = type(old)(target=self._target, name=old.name, daemon=old.daemon)
+        with contextlib.suppress(ValueError):  # a process not yet reaped cannot be closed; its handle then waits
+            old.close()
+
     def _target(self) -> None:
         configure_process(self.torch_threads)
         name_process(self.name)
+        Routing.restart_timers(self.event_loop)
         ParentWatchdog(self.event_loop, f"{self.name}_parent_watchdog")  # the loop keeps it (loop.objects)
         threads = [threading.Thread(target=run_loop, args=(loop, comp), name=comp.name, daemon=True)
                    for loop, comp in self.threads]

@@ -3,6 +3,9 @@
 - Heartbeats: each component stamps (time, activity) as it works.
 - The stop flag: set by the runner when it stops, before it emits `stop`; the learner then skips the
   datasets queued behind the stop and saves its checkpoint right away.
+- Incarnations: how many times each rollout worker's process was replaced (sf_core/run/worker_replacement.py).
+  A worker tags its policy requests with its own; an inference worker drops a request of an earlier
+  incarnation (a dead process's), and a worker ignores the answers meant for one.
 
 On heartbeats:
 
@@ -69,13 +72,27 @@ class Heartbeats:
                 found.append((name, silent, activity))
         return found
 
+    def restart(self, name: str) -> None:
+        """`name`'s process is being replaced: it is starting again, with the start-up's allowance."""
+        self.beat(self.index(name), "starting")
+
 
 class ControlBlock:
-    """Heartbeats (async mode only: in serial mode the runner's own loop is the only one) and the stop flag."""
+    """Heartbeats (async mode only: in serial mode the runner's own loop is the only one), the stop flag and
+    the rollout workers' incarnations."""
 
-    def __init__(self, heartbeat_names: list[str] | None):
+    def __init__(self, heartbeat_names: list[str] | None, num_workers: int = 0):
         self.heartbeats = Heartbeats(heartbeat_names) if heartbeat_names is not None else None
         self._stop = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.incarnations = torch.zeros(max(num_workers, 1), dtype=torch.int64).share_memory_()
+
+    def incarnation(self, worker: int) -> int:
+        return int(self.incarnations.numpy()[worker])
+
+    def next_incarnation(self, worker: int) -> int:
+        """The runner, before it starts a new process for rollout worker `worker`."""
+        self.incarnations[worker] += 1
+        return int(self.incarnations[worker])
 
     def request_stop(self) -> None:
         self._stop[0] = 1

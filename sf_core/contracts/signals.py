@@ -34,6 +34,10 @@ class Signal(Generic[P]):
             raise TypeError(f"signal {self.name!r}: pass the payload positionally, not {sorted(kwargs)}")
         sender.emit(self.name, *args)
 
+    def emit_routed(self, sender: Any, route: int | None, *args: P.args, **kwargs: P.kwargs) -> None:
+        """`emit`; a RoutedSignal given a `route` is emitted to that index (for a caller that sends either)."""
+        self.emit(sender, *args, **kwargs)
+
     def connect(self, sender: Any, slot: Callable[P, None]) -> None:
         self.check_slot(slot)
         sender.connect(self.name, slot)
@@ -64,6 +68,12 @@ class RoutedSignal(Signal[P]):
         if kwargs:
             raise TypeError(f"signal {self.name!r}: pass the payload positionally, not {sorted(kwargs)}")
         sender.emit(self.route(index), *args)
+
+    def emit_routed(self, sender: Any, route: int | None, *args: P.args, **kwargs: P.kwargs) -> None:
+        if route is None:
+            self.emit(sender, *args, **kwargs)
+        else:
+            self.emit_to(sender, route, *args, **kwargs)
 
     def connect_to(self, sender: Any, index: int, slot: Callable[P, None]) -> None:
         self.check_slot(slot)
@@ -109,6 +119,7 @@ class RolloutReport:
     # per report could not give; only episode ends add any, so the list stays as short as `episodes`
     metrics: list[Metric] = field(default_factory=list)
     skipped_metrics: dict[str, str] = field(default_factory=dict)  # key -> why a value was skipped (once per key)
+    incarnation: int = 0  # of the worker's process: 1 and up for a replacement (sf_core/run/worker_replacement.py)
 
 
 def inference_worker_name(policy: int, index: int, num_policies: int) -> str:
@@ -185,7 +196,8 @@ Report = (RolloutReport | InferenceReport | LearnerReport | SamplerReport | Lear
 def _policy_request(worker: int, split: int, slot: int, row: int, origin: int, has_truncation: bool) -> None:
     """A split's observations are in `row` of `slot`: act on them. `origin` is why, a `RowOrigin` (the
     row-0 rule, sf_core/contracts/sample.py); `has_truncation`: an env of the split was cut by a time limit on the
-    previous row."""
+    previous row. `split` is the split's ticket (`BufferLayout.ticket`: the split and the incarnation of the
+    worker's process that asked); a request of an incarnation that is no longer current is dropped."""
 
 
 POLICY_REQUEST = RoutedSignal("policy_request", _policy_request, "rollout worker",
@@ -203,7 +215,7 @@ FLUSH_REQUESTS = Signal("flush_requests", _flush_requests, "inference worker", "
 
 def _advance(splits: list[int]) -> None:
     """Actions, log-probs, values and the policy version are in the buffers for these splits' rows:
-    step them."""
+    step them (`splits`: the requests' tickets, as they were sent)."""
 
 
 ADVANCE = RoutedSignal("advance", _advance, "inference worker", "rollout worker w (once per policy asked)")

@@ -114,6 +114,7 @@ class Batcher(Component):
     def _free_slots(self, slots: list[int]) -> None:
         by_worker: dict[int, list[int]] = {}
         for slot in slots:
+            self.buffers.holds.release(self.policy, slot)  # before the message (sf_core/contracts/slot_holds.py)
             by_worker.setdefault(self.layout.worker_of_slot(slot), []).append(slot)
         for worker, worker_slots in by_worker.items():
             SLOTS_FREED.emit_to(self, worker, worker_slots)

@@ -65,6 +65,11 @@ class Topology:
     host: dict[str, ComponentProcess] = field(default_factory=dict)  # component name -> its process (async)
     evaluator: Evaluator | None = None  # --eval_every_env_steps
 
+    def pids(self) -> dict[str, int | None]:
+        """Each component's process id (async mode): what a running training_summary.json lists, for a benchmark
+        or a fault drill (scripts/worker_recovery.py) to find a component's process by its name."""
+        return {name: proc.pid for name, proc in self.host.items()}
+
     def dead_components(self) -> list[Component]:
         return [c for c in self.components if c.name in self.host and not self.host[c.name].is_alive()]
 
@@ -181,7 +186,7 @@ def build_components(setup: Setup, runner: Component, sink: DatasetSink | None =
     layout = BufferLayout.from_config(cfg, setup.agents_per_env)
     spec = setup.models[0].spec
     buffers = TrajectoryBuffers(layout, SampleSpaces(setup.obs_space, setup.action_space, setup.models[0].rnn_state_size))
-    control = ControlBlock(None if cfg.serial_mode else component_names(cfg, sink))
+    control = ControlBlock(None if cfg.serial_mode else component_names(cfg, sink), cfg.num_workers)
     topology = Topology(control=control)
     for model, version in zip(setup.models, setup.versions):
         topology.weights.append(SharedWeights(model, make_lock(cfg.serial_mode, ctx)))

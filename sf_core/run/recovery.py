@@ -22,7 +22,7 @@ import time
 
 from sf_core.contracts.signals import LearnerReport, Report
 from sf_core.learning.group.followers import RANK_PREFIX
-from sf_core.run.fault_log import Fault, FaultLog
+from sf_core.run.fault_log import RECOVERED, STOPPED, Fault, FaultLog
 from sf_core.run.stats import TrainingStats
 
 log = logging.getLogger("sf_core")
@@ -35,7 +35,6 @@ class Recovery:
     def __init__(self, max_recoveries: int, env_frameskip: int, available: bool):
         self.max_recoveries, self.env_frameskip = max_recoveries, env_frameskip
         self.available = available  # component processes on this machine: not --serial_mode, not --ray_address
-        self.faults = FaultLog()
         self.count = 0  # recoveries begun by this command
         self.trained_frames_lost = 0
         self.pending: Fault | None = None  # begun, components not restored yet
@@ -48,10 +47,12 @@ class Recovery:
         return self.available and exitcode is not None and exitcode < 0 and (
             process.startswith(RANK_PREFIX) or any(name.startswith(RECOVERABLE) for name in hosted))
 
-    def begin(self, process: str, cause: str, at: float) -> bool:
-        """Records the death; True if a recovery begins, False if --max_recoveries are spent (see `refusal`)."""
-        fault = self.faults.add(process, cause, at)
-        if self.count >= self.max_recoveries:
+    def begin(self, process: str, cause: str, at: float, faults: FaultLog, frames: int) -> bool:
+        """Records the death in `faults`; True if a recovery begins, False if --max_recoveries are spent (see
+        `refusal`). `frames`: the run's frame counter."""
+        spent = self.count >= self.max_recoveries
+        fault = faults.record(process, cause, STOPPED if spent else RECOVERED, at, frames)
+        if spent:
             return False
         self.count += 1
         self.pending = fault
@@ -97,18 +98,17 @@ class Recovery:
             stats.writer.add_scalar("faults/recoveries", self.count, stats.frames)
             stats.writer.add_scalar("faults/trained_frames_lost", self.trained_frames_lost, stats.frames)
 
-    def saw(self, report: Report) -> None:
+    def saw(self, report: Report, frames: int) -> None:
         """Training goes on again after a recovery once a learner reports a trained dataset."""
         if self.restarted is not None and isinstance(report, LearnerReport):
-            self.restarted.recovered_at = time.time()
+            FaultLog.recovered(self.restarted, time.time(), frames)
             log.info("training again %.1fs after %s died", self.restarted.recovered_at - self.restarted.at,
                      self.restarted.component)
             self.restarted = None
 
     def summary(self) -> dict:
-        """training_summary.json's part: this command's recoveries, what they lost, and every fault."""
-        return {"recoveries": self.count, "trained_frames_lost": self.trained_frames_lost,
-                "faults": self.faults.as_list()}
+        """training_summary.json's part: this command's recoveries and what they lost (the faults: stats.faults)."""
+        return {"recoveries": self.count, "trained_frames_lost": self.trained_frames_lost}
 
 
 def died(proc) -> str:

@@ -44,6 +44,7 @@ from sf_core.run.recovery import Recovery, died
 from sf_core.run.stats import TrainingStats
 from sf_core.run.stop_conditions import TARGET, already_finished, limits_reached, reached_line
 from sf_core.service import training as services
+from sf_core.run.worker_replacement import REPLACED, RESTART_ALL, WorkerReplacement
 from signal_slot.signal_slot import EventLoop, Timer
 
 log = logging.getLogger("sf_core")
@@ -54,7 +55,6 @@ SHUTDOWN_GRACE_SEC = 6.0
 DEATH_REPORT_GRACE_SEC = 1.0
 RANK_REPORT_GRACE_SEC = 3.0  # for the ingest (Ray) or the health check to name the dead rank a collective lost
 EMIT_TIMEOUT_SEC = 2.0
-MAX_WORKER_RESTARTS = 5
 
 
 class Runner(Component):
@@ -85,6 +85,7 @@ class Runner(Component):
         self.last_checkpoint: str | None = None
         self.stopping = False
         self.restart_pending = False  # a worker died under --env_fault_policy=restart
+        self.replacement = WorkerReplacement.for_run(self.cfg, self.serial)  # a dead or hung worker, replaced alone
         self.saved_at_shutdown = False
         self.recovery = Recovery(cfg.max_recoveries, cfg.env_frameskip, not (self.serial or cfg.ray_address))
         self.last_check = time.time()  # when check() last ran: the loop watchdog reads it
@@ -195,12 +196,12 @@ class Runner(Component):
         """Every component restarts from the newest checkpoint, the path of a resume: nothing of the old processes is
         reused. After a rollout worker's death, only from the one the shutdown saved; only a recovery rolls back."""
         self._stop_processes()
-        self.topology.close_processes()
         self.restart_pending = False
         if self.error is not None or not (self.saved_at_shutdown or self.recovery.pending):
             self._fail("runner", "a rollout worker died and --env_fault_policy=restart could not restart: the "
                                  "learner did not save a checkpoint on the way down")
-            return False
+            return False  # its processes are closed with the run's end (_close)
+        self.topology.close_processes()
         Routing.forget_all(self)  # connections to the old components
         Routing.drain(self.loop)  # reports or errors the old components sent while stopping
         Routing.rearm(self.loop)
@@ -221,7 +222,8 @@ class Runner(Component):
     def on_report(self, report: Report) -> None:
         if not self.evaluations.take(report, self.stats):  # an evaluation's result, else the run's statistics
             self.stats.add(report)
-            self.recovery.saw(report)
+            self.recovery.saw(report, self.stats.frames)
+            self.replacement.on_report(report, self.stats, self.topology, time.time())
 
     @guarded
     def on_component_error(self, component: str, details: str) -> None:
@@ -251,7 +253,8 @@ class Runner(Component):
             self._emit(PBT_REPLACE, r.source, r.hyperparams, route=r.policy)
         if now - self.last_summary >= cfg.experiment_summaries_interval:
             stats.write_summaries(self.population.pbt.scalars() if self.population.pbt else None)
-            self.experiment.write_summary({**stats.summary(None, None, running=True), **self.recovery.summary()})
+            self.experiment.write_summary({**stats.summary(None, None, running=True), **self.recovery.summary(),
+                                           "pids": self.topology.pids()})
             self.last_summary = now
         if self.progress is not None:
             self.progress.update(stats.frames, now)
@@ -283,40 +286,34 @@ class Runner(Component):
         for proc in self.topology.processes:
             if proc.is_alive():
                 continue
-            # a crashing component reports its error just before exiting: give that report a moment
+            # a crashing component reports its error just before exiting: a moment for it (none if it was killed)
             first_seen = self.dead_since.setdefault(proc.name, now)
-            if now - first_seen > DEATH_REPORT_GRACE_SEC:
-                if self._may_restart_after(proc):
-                    self.stats.worker_restarts += 1
-                    log.warning("%s; --env_fault_policy=restart: restarting every component from a fresh "
-                                "checkpoint (restart %d of at most %d)", died(proc), self.stats.worker_restarts,
-                                MAX_WORKER_RESTARTS)
+            if now - first_seen > DEATH_REPORT_GRACE_SEC or (proc.exitcode or 0) < 0:
+                verdict = self.replacement.on_death(proc, died(proc), self.topology, self.stats, now,
+                                                    self.exit_code is None)
+                if verdict.action == REPLACED:
+                    self.dead_since.pop(proc.name, None)
+                    continue
+                if verdict.action == RESTART_ALL:  # counted in stats.worker_restarts
                     self.restart_pending = True
                     self._shutdown()  # saves a checkpoint, stops the rest, ends this loop's exec
                 else:
-                    self._recover_or_fail(proc)
+                    self._recover_or_fail(proc, verdict.message)
                 return
-        heartbeats = self.topology.control.heartbeats if self.topology.control is not None else None
-        if heartbeats is not None:
-            for name, silent, activity in heartbeats.stalled(self.cfg.heartbeat_timeout, now):
-                limit = self.cfg.heartbeat_timeout
-                self._fail(name, f"no heartbeat for {silent:.0f}s (--heartbeat_timeout={limit:g}); "
-                                 f"its last activity: {activity}")
-                return
+        for name, silent, activity in self.replacement.kill_hung(self.topology, now):
+            self._fail(name, f"no heartbeat for {silent:.0f}s (--heartbeat_timeout={self.cfg.heartbeat_timeout:g}); "
+                             f"its last activity: {activity}")
+            return
 
-    def _may_restart_after(self, dead) -> bool:
-        """Only a rollout worker's death is survivable, and only while the learner can still save."""
-        learners = [self.topology.host.get(learner.name) for learner in self.topology.learners]
-        return (self.cfg.env_fault_policy == "restart" and self.exit_code is None
-                and dead.name.startswith("rollout_worker_") and all(p is not None and p.is_alive() for p in learners)
-                and self.stats.worker_restarts < MAX_WORKER_RESTARTS)
-
-    def _recover_or_fail(self, proc) -> None:
-        """A learner, learner rank or inference worker killed is recovered from (sf_core/run/recovery.py), else stop."""
-        process, cause, hosted = proc.name, died(proc), [c for c, p in self.topology.host.items() if p is proc]
+    def _recover_or_fail(self, proc, cause: str | None = None) -> None:
+        """A learner, learner rank or inference worker killed is recovered from (sf_core/run/recovery.py), else stop.
+        `cause`: the runner's line about the death, if not died(proc)'s."""
+        process, hosted = proc.name, [c for c, p in self.topology.host.items() if p is proc]
+        cause = cause or died(proc)
         if self.exit_code is None and self.recovery.handles(process, hosted, proc.exitcode):
             # a death while a recovery stops the rest (a rank after rank 0) is part of that recovery
-            if self.restart_pending or self.recovery.begin(process, cause, self.dead_since.get(process, time.time())):
+            if self.restart_pending or self.recovery.begin(process, cause, self.dead_since.get(process, time.time()),
+                                                                self.stats.faults, self.stats.frames):
                 self.restart_pending, self.group_failure = True, None  # the failed collective is explained
                 self._shutdown()  # the learners still alive save first; ends this loop's exec
                 return

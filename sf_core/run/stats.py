@@ -15,6 +15,7 @@ from sf_core.contracts.signals import (InferenceReport, LearnerRankReport, Learn
 from sf_core.contracts.timing import TimingReport
 from sf_core.run.busy_shares import MIN_TENSORBOARD_WINDOW_SEC, BusyShares
 from sf_core.run.episode_metrics import EpisodeMetrics
+from sf_core.run.fault_log import FaultLog
 from sf_core.run.policy_stats import PolicyStats
 from sf_core.run.time_accounting import TimeAccounting
 from sf_core.run.win_rates import WinRates
@@ -51,6 +52,7 @@ class TrainingStats:
         self.mean_return_at_target: float | None = None
         self.env_faults = 0
         self.worker_restarts = 0  # rollout worker processes that died and were restarted
+        self.faults = FaultLog()  # deaths and hangs, and rollout workers replaced alone (sf_core/run/fault_log.py)
         self.checkpoints_saved = 0
         # --env_service: each worker's latest slot counts, and totals of slot failures and re-admissions
         self.service: dict[tuple[int, int], dict[str, int]] = {}  # (sampler, worker) -> its counts
@@ -143,7 +145,7 @@ class TrainingStats:
         policy_stats = {**self.policies[policy].state(), "recent_metrics": self.metrics.state(policy)}
         return {"policy_stats": policy_stats, "frames": self.frames, "samples_trained": self.samples_trained,
                 "episodes": self.num_episodes, "policy_version": self.policy_version,
-                "env_faults": self.env_faults, "worker_restarts": self.worker_restarts,
+                "env_faults": self.env_faults, "worker_restarts": self.worker_restarts, **self.faults.state(),
                 "training_seconds": self.previous_seconds + self.elapsed(),
                 "mean_return": self.mean_return() if self.returns else None,
                 "best_mean_return": float(best_mean_return), "recent_returns": [float(r) for r in self.returns],
@@ -153,6 +155,7 @@ class TrainingStats:
         self.frames, self.samples_trained = state["frames"], state["samples_trained"]
         self.num_episodes, self.env_faults = state["episodes"], state["env_faults"]
         self.worker_restarts = state.get("worker_restarts", 0)
+        self.faults.restore(state)
         self.policy_version = state["policy_version"]
         self.previous_seconds = state["training_seconds"]
         self.returns.extend(state["recent_returns"])
@@ -234,7 +237,7 @@ class TrainingStats:
             "time_to_target": self.target_reached_at - self.started if self.target_reached_at else None,
             "mean_return_at_target": self.mean_return_at_target,
             "component_seconds": dict(self.seconds), "env_faults": self.env_faults,
-            "worker_restarts": self.worker_restarts,
+            "worker_restarts": self.worker_restarts, **self.faults.summary(),
             "checkpoints_saved": self.checkpoints_saved,
             "slot_faults": self.slot_faults, "slot_readmissions": self.slot_readmissions,
             "interrupted_episodes": self.interrupted_episodes, **self.elastic,
@@ -283,6 +286,7 @@ class TrainingStats:
         self.metrics.write(w, step)
         w.add_scalar("faults/env_restarts", self.env_faults, step)
         w.add_scalar("faults/worker_restarts", self.worker_restarts, step)
+        self.faults.write(w, step)
         if self.cluster:
             self.cluster.write(w, step)
         if self.service:
@@ -361,7 +365,7 @@ class TrainingStats:
         line = (f"[{self.elapsed():6.1f}s] frames {self.frames:,} | fps {self.fps():,.0f} | "
                 f"return {ret} (last {len(self.returns)} of {self.num_episodes} episodes) | "
                 f"{version} | trained {self.samples_trained:,}{self.metrics.console()} | "
-                f"{self.bottleneck_hint()}" + (self.service_line() if self.service else "")
+                f"{self.bottleneck_hint()}" + (self.service_line() if self.service else "") + self.faults.console()
                 + (self.cluster.line() if self.cluster else ""))
         if several:
             means = [p.mean_return() for p in self.policies]

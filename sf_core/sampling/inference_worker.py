@@ -75,7 +75,8 @@ class Rows:
         by `stepped`); a carried row acts with its recorded state."""
         n = len(self.requests)
         origins = np.fromiter((r[4] for r in self.requests), dtype=np.int64, count=n)
-        splits = np.fromiter((self.layout.split_index(r[0], r[1]) for r in self.requests), dtype=np.int64, count=n)
+        splits = np.fromiter((self.layout.split_index(r[0], self.layout.split_of(r[1])) for r in self.requests),
+                             dtype=np.int64, count=n)
         at_split = (splits,) if self.req is None else (splits[self.req], self.env)
         return (self.index(self.slots, self.rows - 1), self.index(self.slots, 0), at_split,
                 self.per_request(origins == RowOrigin.AFTER_STEP), self.per_request(origins == RowOrigin.CARRIED))
@@ -94,6 +95,7 @@ class InferenceWorker(Component):
         self.obs_space, self.action_space, self.device, self.seed = obs_space, action_space, device, seed
         self.spec = spec
         self.pending: list[Request] = []
+        self.control = control
         self.model: ActorCritic | None = None
         self.version = -1
         self.report = InferenceReport(index, policy, 0, 0, 0.0)  # what happened since the last report
@@ -110,6 +112,7 @@ class InferenceWorker(Component):
         self.version = self.weights.load_into(self.model)
         self.views = {key: t.numpy() for key, t in self.buffers.fields.items()}
         self.views["rnn_latest"] = self.buffers.rnn_latest.numpy()
+        self.incarnations = self.control.incarnations.numpy() if self.control is not None else None
         self.io = DeviceIO(self.device, yield_while_waiting=self.cfg.cuda_sync == "yield")
         self.graphs: GraphedActing | None = None
         if self.cfg.cuda_graphs and torch.device(self.device).type == "cuda" and not self.policy.recurrent:
@@ -128,7 +131,7 @@ class InferenceWorker(Component):
 
     @guarded
     def flush_requests(self) -> None:
-        requests, self.pending = self.pending, []
+        requests, self.pending = self._current(self.pending), []
         if not requests or self.model is None:
             return
         started = time.perf_counter()
@@ -152,6 +155,15 @@ class InferenceWorker(Component):
         self.report.batches += 1
         self.report.seconds += time.perf_counter() - started
         self.clock.mark("first_forward")
+
+    def _current(self, requests: list[Request]) -> list[Request]:
+        """The requests of each rollout worker's current process: one that replaced a dead worker
+        (sf_core/run/worker_replacement.py) is filling the slots its predecessor's requests name."""
+        incarnations = self.incarnations
+        if incarnations is None or not incarnations.any():
+            return requests
+        layout = self.layout
+        return [r for r in requests if layout.incarnation_of(r[1]) == incarnations[r[0]]]
 
     def _act(self, rows: "Rows") -> None:
         """Sample actions for these rows and store them with their log-probs, values and the policy version."""
@@ -231,7 +243,7 @@ class InferenceWorker(Component):
                 mask = mask & (policy_id[slot, row - 1] == self.policy_index)
                 if not mask.any():
                     continue
-            split_index = self.layout.split_index(worker, split)
+            split_index = self.layout.split_index(worker, self.layout.split_of(split))
             final = self.buffers.final_obs[split_index][mask].to(self.device)
             with self.precision():
                 if not self.policy.recurrent:

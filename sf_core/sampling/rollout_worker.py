@@ -6,12 +6,17 @@ With --env_service, also envs_stepped, from its own split stepper threads (sf_co
 Double buffering: while one split waits for actions, the worker steps another one. A split runner is
 a VectorEnvRunner (--batched_sampling=True), a NonBatchedEnvRunner (False, any multi-agent env), or a
 NativeVectorRunner (one natively vectorized env per split, --env_vectorization).
+
+A worker may be a replacement for a process that died (sf_core/run/worker_replacement.py): it starts with the
+slots the batchers still hold held (sf_core/contracts/slot_holds.py), and names each split in its requests by a
+ticket of its own incarnation, so the answers to its predecessor's requests are told apart and ignored.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 
 import numpy as np
 
@@ -26,6 +31,7 @@ from sf_core.contracts.signals import NEW_TRAJECTORIES, POLICY_REQUEST, REPORT, 
 from sf_core.sampling.native_vector_runner import NativeVectorRunner
 from sf_core.sampling.nonbatched_env_runner import NonBatchedEnvRunner
 from sf_core.sampling.policy_mapping import PolicyMapping
+from sf_core.sampling.slot_recovery import SlotRecovery
 from sf_core.sampling.slot_waits import SlotWaits
 from sf_core.sampling.split_runner import EnvStepError, SplitRunner
 from sf_core.sampling.split_stepper import SplitSteppers
@@ -39,6 +45,7 @@ from signal_slot.signal_slot import EventLoop, Timer
 log = logging.getLogger("sf_core")
 
 MAX_FAULTS_IN_A_ROW = 10  # restarts of one split without a finished trajectory before giving up
+REPLACEMENT_SEED_STRIDE = 10_000_019  # a replacement's envs never replay the seeds of its predecessor's
 REPORT_INTERVAL_SEC = 0.25  # frames counted this often: bounds overshoot of --train_for_env_steps
 
 
@@ -50,19 +57,21 @@ def runner_kind(cfg: Config, registry: EnvRegistry, served: bool) -> type[SplitR
     return NativeVectorRunner if native else VectorEnvRunner
 
 
-class RolloutWorker(Component):
+class RolloutWorker(SlotRecovery, Component):
     def __init__(self, loop: EventLoop, worker: int, cfg: Config, registry: EnvRegistry, buffers: TrajectoryBuffers,
                  layout: BufferLayout, seed: int, control: ControlBlock | None = None,
                  mapping: PolicyMapping | str = "auto", sampler: tuple[int, int] = (0, 1)):
         super().__init__(loop, f"rollout_worker_{worker}", control)
         self.worker, self.cfg, self.registry, self.sampler = worker, cfg, registry, sampler
         self.buffers, self.layout, self.seed, self.mapping = buffers, layout, seed, mapping
+        self.control = control
+        self.incarnation = 0  # read at start: 1 and up in a process that replaced a dead one
         self.runners: list[SplitRunner] = []
         self.waiting_for_slot: set[int] = set()
-        # several policies: answers a split still waits for (one per policy asked), and how many batchers
-        # still hold each slot (each policy with samples in it copies its own rows)
+        self.unstarted: set[int] = set()  # splits made while every slot of theirs was still with a batcher
+        # several policies: answers a split still waits for (one per policy asked)
         self.awaiting = [0] * layout.num_splits
-        self.holders: dict[int, int] = {}
+        self.held: set[int] = set()  # slots sent to a batcher and not yet freed (sf_core/contracts/slot_holds.py)
         self.policy_id = buffers["policy_id"].numpy()
         self.truncated = buffers["truncated"].numpy()
         self.frames = 0
@@ -80,6 +89,9 @@ class RolloutWorker(Component):
 
     @guarded
     def on_start(self) -> None:
+        if self.control is not None:
+            self.incarnation = self.control.incarnation(self.worker)
+            self.seed += REPLACEMENT_SEED_STRIDE * self.incarnation
         self._open_pool()
         self.runners = []
         if self.pool is not None:
@@ -99,19 +111,39 @@ class RolloutWorker(Component):
             self.beat("resetting envs")
             self.runners.append(kind(self.cfg, self.worker, s, self.registry, self.buffers, self.layout, self.seed,
                                      self.pool, self.mapping))
-            slot = self.runners[s].take_free_slot()
-            try:
-                self.runners[s].reset(slot)
-            except EnvStepError as exc:
-                if not self._is_slot_failure(exc):
-                    raise
-                self._park(s, exc)
-                continue
-            self._request(s, RowOrigin.AFTER_RESET)
-            if self.pool is None:  # served splits step on threads of their own: those are all made up front
+            self._claim_slots(s)
+            if self._begin(s) and self.pool is None:  # served splits step on threads: all are made up front
                 break
         if len(self.runners) == self.layout.num_splits:
             self.clock.mark("envs_made")
+
+    def _claim_slots(self, split: int) -> None:
+        """The split's free slots: all of them, except in a replacement those its predecessor left with a batcher."""
+        free = []
+        for k in range(self.layout.sets_per_split):
+            slot = self.layout.slot_index(self.worker, split, k)
+            if self.buffers.holds.is_free(slot):
+                free.append(k)
+            else:
+                self.held.add(slot)
+        self.runners[split].free_sets = deque(free)
+
+    def _begin(self, split: int) -> bool:
+        """Reset a new split's envs into a free slot and ask for their actions; False if it must wait (for a
+        slot a batcher still holds, or parked on a failed env slot)."""
+        runner = self.runners[split]
+        if not runner.free_sets:  # starts once slots_freed frees one
+            self.unstarted.add(split)
+            return False
+        try:
+            runner.reset(runner.take_free_slot())
+        except EnvStepError as exc:
+            if not self._is_slot_failure(exc):
+                raise
+            self._park(split, exc)
+            return False
+        self._request(split, RowOrigin.AFTER_RESET)
+        return True
 
     def _open_pool(self) -> None:
         """--env_service: this worker's slots, and a timer that retries the splits parked on a failed one."""
@@ -130,8 +162,9 @@ class RolloutWorker(Component):
         slot, row = runner.slot, runner.t
         policies = [0] if self.cfg.num_policies == 1 else self._policies_asked(slot, row, has_truncation)
         self.awaiting[split] = len(policies)
+        ticket = self.layout.ticket(split, self.incarnation)
         for policy in policies:
-            POLICY_REQUEST.emit_to(self, policy, self.worker, split, slot, row, int(origin), has_truncation)
+            POLICY_REQUEST.emit_to(self, policy, self.worker, ticket, slot, row, int(origin), has_truncation)
 
     def _policies_asked(self, slot: int, row: int, has_truncation: bool) -> list[int]:
         """The policies acting on the row, and those whose episodes a time limit cut on the row before:
@@ -143,11 +176,15 @@ class RolloutWorker(Component):
         return sorted(ids)
 
     def _send_trajectories(self, slot: int) -> None:
+        """Each policy with samples in the slot copies its rows; every hold is marked before any is sent."""
+        self.held.add(slot)
         if self.cfg.num_policies == 1:
+            self.buffers.holds.hold(0, slot)
             NEW_TRAJECTORIES.emit_to(self, 0, slot)
             return
         policies = np.unique(self.policy_id[slot, :self.layout.rollout]).tolist()  # row T is the next slot's
-        self.holders[slot] = len(policies)
+        for policy in policies:
+            self.buffers.holds.hold(policy, slot)
         for policy in policies:
             NEW_TRAJECTORIES.emit_to(self, policy, slot)
 
@@ -155,7 +192,10 @@ class RolloutWorker(Component):
     def advance(self, splits: list[int]) -> None:
         if self.stopping:  # actions that arrive after stop() closed the envs are not stepped
             return
-        for split in splits:
+        for ticket in splits:
+            if self.layout.incarnation_of(ticket) != self.incarnation:  # asked by the process this one replaced
+                continue
+            split = self.layout.split_of(ticket)
             self.awaiting[split] -= 1
             if self.awaiting[split] > 0:  # another policy has yet to act on this row
                 continue
@@ -267,76 +307,21 @@ class RolloutWorker(Component):
             self._request(split, RowOrigin.AFTER_RESET)
             return
 
-    def _recover_split(self, split: int, error: Exception) -> None:
-        """An env slot failed mid-trajectory (whatever --env_fault_policy says: a service is expected to
-        fail now and then). The split's trajectory in progress is dropped, never sent to the learner, and
-        its envs start new episodes, on another slot for the env that lost its own. With no healthy slot
-        free the split waits (parked) and `retry_parked` tries again every recheck interval."""
-        if self.stopping:  # the pool closed under a step still queued: nothing failed
-            return
-        self.waits.failed()
-        log.warning("%s: %s; split %d drops its unfinished trajectory and continues on another slot",
-                    self.name, error, split)
-        self.beat("recovering env slots")
-        failure = self._restart_episodes(split)
-        if failure is not None:
-            self._park(split, failure)
-            return
-        self._request(split, RowOrigin.AFTER_RESET)
-
-    def _restart_episodes(self, split: int) -> EnvStepError | None:
-        """New episodes in every env of the split; the slot failure if no healthy slot is free (any
-        other error propagates)."""
-        try:
-            self.runners[split].restart_episodes()
-        except EnvStepError as exc:
-            if not self._is_slot_failure(exc):
-                raise
-            return exc
-        return None
-
-    def _park(self, split: int, error: Exception) -> None:
-        """No slot for every env of the split: it waits, holding none, so that its envs' slots serve another
-        split meanwhile (a split steps only with all of its envs)."""
-        assert self.pool is not None  # only splits on env slots park
-        self.runners[split].let_go_slots()
-        self.waits.park(split)
-        if self.pool.waits_on_servers():
-            log.warning("%s: split %d waits for a healthy env slot (%s)", self.name, split, error)
-        else:  # more envs than slots (planned for slots to come, or some drained): nothing is down
-            log.info("%s: split %d waits for a free env slot: this worker has fewer slots than envs [%s]; it runs "
-                     "when slots are added", self.name, split, self.pool.summary())
-
-    @guarded
-    def retry_parked(self) -> None:
-        """Every recheck interval: parked splits try to get slots again (the pool health-checks failed
-        ones meanwhile, re-admitting those that answer, and takes in slots added). Training stops only after
-        --env_service_down_timeout without any while slots are failed; waiting for slots to be added (no slot
-        failed) has no limit."""
-        if self.stopping:
-            return
-        for split in sorted(self.parked):
-            self.beat("waiting for env slots")
-            failure = self._restart_episodes(split)
-            if failure is not None:
-                self.runners[split].let_go_slots()
-                self.waits.still_waiting(split, self.pool, failure)
-                continue
-            log.info("%s: split %d runs again after %.1fs without a slot", self.name, split, self.waits.resumed(split))
-            self._request(split, RowOrigin.AFTER_RESET)
-
     @guarded
     def slots_freed(self, slots: list[int]) -> None:
         S, K = self.layout.num_splits, self.layout.sets_per_split
         for slot in slots:
-            if slot in self.holders:  # several policies copy their rows of it: free once all did
-                self.holders[slot] -= 1
-                if self.holders[slot] > 0:
-                    continue
-                del self.holders[slot]
+            # another policy's batcher may still hold it; or the message was meant for the process this one
+            # replaced (a slot of a split not made yet, or one sent again since): the holds tell
+            if slot not in self.held or not self.buffers.holds.is_free(slot):
+                continue
+            self.held.discard(slot)
             split, k = (slot // K) % S, slot % K
             self.runners[split].release(k)
-            if split in self.waiting_for_slot and self.runners[split].next_slot():
+            if split in self.unstarted:
+                self.unstarted.discard(split)
+                self._begin(split)
+            elif split in self.waiting_for_slot and self.runners[split].next_slot():
                 self.waiting_for_slot.discard(split)
                 self._continue(split)
 
@@ -358,7 +343,8 @@ class RolloutWorker(Component):
         self.skips_reported.update(skipped)
         service = self.waits.report(self.pool) if self.pool is not None else None
         REPORT.emit(self, RolloutReport(self.worker, self.frames, episodes, self.env_seconds, self.env_faults,
-                                        service, matches, objectives, metrics=metrics, skipped_metrics=skipped))
+                                        service, matches, objectives, metrics=metrics, skipped_metrics=skipped,
+                                        incarnation=self.incarnation))
         self.frames, self.env_seconds, self.env_faults = 0, 0.0, 0
 
     @guarded

@@ -10,7 +10,8 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
 from sf_core.contracts.buffers import DatasetBuffers, SharedWeights
-from sf_core.contracts.component import configure_process, name_process
+from sf_core.common.process_name import name_process
+from sf_core.contracts.component import configure_process
 from sf_core.learning.group.link import STOP, TRAIN, GroupSpec
 
 if TYPE_CHECKING:
