@@ -17,12 +17,16 @@ import psutil
 import pytest
 
 from sf_core.contracts.signals import LearnerReport
+from sf_core.run.fault_log import RECOVERED, STOPPED
 from sf_core.run.recovery import Recovery
 from sf_core.run.stats import TrainingStats
 from tests import launch
 from tests.helpers import read_summary, wait_for
 
-TRAIN = ["--env=CartPole-v1", "--num_workers=2", "--seed=3", "--target_mean_return=450", "--save_every_sec=2",
+# slower than the preset (one env at a time, CartPole's slower learning rate), so the target is ~10 s away when
+# the fault comes: the vector env with the preset's rate can reach it within 4 s, before the first kill
+TRAIN = ["--env=CartPole-v1", "--num_workers=2", "--seed=3", "--target_mean_return=450", "--save_every_sec=1",
+         "--env_vectorization=none", "--learning_rate=3e-4",
          "--train_for_env_steps=1000000", "--train_for_seconds=80", "--experiment_summaries_interval=0.2",
          "--report_interval=0.5"]
 
@@ -167,7 +171,8 @@ def test_a_recovery_takes_the_restored_counters_and_counts_what_was_lost():
     assert recovery.handles("learner_rank_1", [], -9)
     assert not recovery.handles("rollout_worker_0_proc", ["rollout_worker_0"], -9)  # its own rules
     assert not recovery.handles("learner_p1_proc", ["learner_p1", "batcher_p1"], 2)  # exited by itself
-    assert recovery.begin("learner_p1_proc", "process learner_p1_proc (pid 7) died with exit code -9", 100.0)
+    assert recovery.begin("learner_p1_proc", "process learner_p1_proc (pid 7) died with exit code -9", 100.0,
+                          stats.faults, stats.frames)
 
     # policy 0's learner saved on the way down (and trained one more report's worth); policy 1's had no checkpoint
     recovery.restored([{"samples_trained": 21_000, "version": 41}, None], ["p0.pt", None], stats)
@@ -175,17 +180,18 @@ def test_a_recovery_takes_the_restored_counters_and_counts_what_was_lost():
     assert (stats.policies[0].samples_trained, stats.policies[0].version) == (21_000, 41)
     assert (stats.policies[1].samples_trained, stats.policies[1].version) == (0, 0)
     assert stats.samples_trained == 21_000 and stats.policy_version == 41
-    recovery.saw(LearnerReport(policy=1, version=1, samples=1000, train_seconds=0.1))
+    recovery.saw(LearnerReport(policy=1, version=1, samples=1000, train_seconds=0.1), stats.frames)
     summary = recovery.summary()
     assert summary["recoveries"] == 1 and summary["trained_frames_lost"] == 10_000 * 4
-    [fault] = summary["faults"]
-    assert set(fault) == {"component", "cause", "at", "recovered_at", "frames_lost"}
+    [fault] = stats.summary(0, None)["faults"]
+    assert {"component", "cause", "action", "at", "recovered_at", "frames_lost"} <= set(fault)
     assert fault["component"] == "learner_p1_proc" and fault["at"] == 100.0 and fault["recovered_at"] > 100.0
-    assert fault["frames_lost"] == 40_000
+    assert fault["frames_lost"] == 40_000 and fault["action"] == RECOVERED
 
-    assert not recovery.begin("learner_p1_proc", "process learner_p1_proc (pid 8) died with exit code -9", 200.0)
+    assert not recovery.begin("learner_p1_proc", "process learner_p1_proc (pid 8) died with exit code -9", 200.0,
+                              stats.faults, stats.frames)
     assert recovery.refusal("it died") == "it died, and the run has recovered 1 time already (--max_recoveries=1)"
-    assert len(recovery.summary()["faults"]) == 2
+    assert [f["action"] for f in stats.summary(1, "it died")["faults"]] == [RECOVERED, STOPPED]
 
 
 def test_recovery_needs_component_processes_on_this_machine():
