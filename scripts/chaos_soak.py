@@ -1,6 +1,6 @@
 """A chaos soak: train while killing a random component every few seconds, then check what survived.
 
-    python scripts/chaos_soak.py --minutes=10 --kill_every=20 --runs=3 -- --env=CartPole-v1
+    python scripts/chaos_soak.py --minutes=10 --kill_every=20 --runs=3 -- --env=CartPole-v1 --env_fault_policy=restart
 
 Each run starts `python -m sf_core.train` with the flags after `--` (plus --train_dir, a frame budget it cannot
 reach and --train_for_seconds=the soak's length) and, every --kill_every seconds, SIGKILLs one component process
@@ -239,6 +239,10 @@ def main() -> int:
     if unknown:
         parser.error(f"--kinds: unknown {unknown}; choose among {list(KINDS)}")
     trainer_args = [a for a in args.trainer_args if a != "--"] or ["--env=CartPole-v1"]
+    # a soak faults far more often than a real run: the caps that stop a run faulting again and again stay out
+    # of its way unless given (docs/faults.md)
+    trainer_args += [f"--{cap}=1000000" for cap in ("max_recoveries", "max_worker_replacements")
+                     if not any(a.startswith(f"--{cap}=") for a in trainer_args)]
     env = next((a.split("=", 1)[1] for a in trainer_args if a.startswith("--env=")), None)
     target = args.target if args.target is not None else SOLVED.get(env or "")
     results = []
