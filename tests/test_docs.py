@@ -71,7 +71,7 @@ TOOL_SCRIPTS = ("scripts/benchmark.py", "scripts/bench_env_service.py", "scripts
                 "scripts/bench_ray_return.py", "scripts/bench_sgd_step.py", "scripts/exploration_benchmark.py",
                 "scripts/gen_docs.py", "scripts/memory_soak.py", "scripts/teacher_benchmark.py",
                 "scripts/reproduce.py", "scripts/time_to_solve.py", "scripts/visualize_dfg.py",
-                "scripts/worker_recovery.py", "tests/ray_cluster.py")
+                "scripts/worker_recovery.py", "scripts/chaos_soak.py", "tests/ray_cluster.py")
 
 # Flags of other programs that the docs quote on purpose, by program. A flag of ours that a doc gets
 # wrong is fixed in the doc, never added here.
