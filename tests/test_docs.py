@@ -131,10 +131,12 @@ def _load_script(path: str):
     spec = importlib.util.spec_from_file_location(f"_doc_check_{name}", os.path.join(REPO, path))
     module = importlib.util.module_from_spec(spec)
     saved = list(sys.path)
+    sys.modules[spec.name] = module  # a script's dataclasses look their module up there
     try:
         spec.loader.exec_module(module)
     finally:
         sys.path[:] = saved  # scripts put their own folders first on the path; that must not outlive the load
+        del sys.modules[spec.name]
     return module
 
 
