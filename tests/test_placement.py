@@ -12,6 +12,7 @@ from sf_core.algo.executor import GraphExecutor
 from sf_core.algo.graph import Context, ModelSlot, Node, build_graph
 from sf_core.algo.placement import check_placement, parse_devices, place_models
 from sf_core.config import Config, ConfigError
+from tests.helpers import sf_core_log
 
 TEACHER_NODES = [Node("teacher_policy", "inference", ("obs",), ("p",), lambda c, x: {"p": 0}, model="teacher"),
                  Node("update", "train_step", ("p",), ("stats",), lambda c, x: {"stats": {}}, model="actor_critic")]
@@ -166,11 +167,11 @@ def test_a_models_other_calls_come_before_its_train_step_even_without_a_key_betw
     assert reads == [0.0, 1.0, 2.0]  # each read sees the previous iteration's weights, whatever the names
 
 
-def test_offload_on_a_cpu_leaves_the_model_in_place_and_says_so(caplog):
+def test_offload_on_a_cpu_leaves_the_model_in_place_and_says_so():
     cfg = Config(env="CartPole-v1", offload_models="teacher")
-    with caplog.at_level("WARNING", logger="sf_core"):
+    with sf_core_log() as messages:
         check_placement(cfg, TEACHER_NODES, {})
-    assert "teacher runs on the CPU" in caplog.text and "nothing to offload" in caplog.text
+    assert len(messages) == 1 and "teacher runs on the CPU" in messages[0] and "nothing to offload" in messages[0]
     slots = {"actor_critic": ModelSlot(torch.nn.Linear(2, 2)), "teacher": ModelSlot(torch.nn.Linear(2, 2))}
     place_models(slots, cfg, {})
     assert slots["teacher"].offload_device is None

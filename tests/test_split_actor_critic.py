@@ -15,7 +15,7 @@ import torch
 
 from sf_core.algo.algorithms import ppo
 from sf_core.algo.graph import build_graph
-from sf_core.algo.model import ModelSpec
+from sf_core.algo.model import ActorCritic, ModelSpec
 from sf_core.algo.params import LearningParams
 from sf_core.algo.placement import check_concurrency, check_placement
 from sf_core.algo.registry import algorithm_builder, build_algorithm
@@ -23,6 +23,7 @@ from sf_core.algo.split_actor_critic import split_actor_critic
 from sf_core.config import Config, ConfigError
 from sf_core.contracts.sample import BATCH_KEYS, SampleSpaces, batch_tensors
 from sf_core.learning.learner import Trainer, extra_models_state
+from tests import launch
 from tests.helpers import train
 
 OBS, ACTIONS = gym.spaces.Box(-1.0, 1.0, (5,), np.float32), gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -129,9 +130,10 @@ def test_the_split_graph_and_what_it_refuses():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
-def test_split_actor_and_critic_at_once_solve_cartpole_and_the_checkpoint_plays(tmp_path):
+@pytest.mark.timeout(300)
+def test_split_actor_and_critic_at_once_solve_cartpole_and_the_checkpoint_plays_and_exports(tmp_path):
     import sf_core.enjoy
+    from sf_core.records import checkpoint
 
     code, summary = train(tmp_path, "--env=CartPole-v1", "--algo=PPO", "--split_actor_critic=True",
                           "--overlap_graph_nodes=True", "--num_workers=2", "--seed=1", "--target_mean_return=400",
@@ -140,8 +142,23 @@ def test_split_actor_and_critic_at_once_solve_cartpole_and_the_checkpoint_plays(
     assert summary["time_to_target"] is not None, summary
     stats = summary["final_learner_stats"]
     assert stats["actor_grad_norm"] > 0 and stats["critic_grad_norm"] > 0
+    saved = checkpoint.load(summary["last_checkpoint"])
+    assert saved["extra_models"]["actor"]["optimizer"]["state"] and saved["extra_models"]["critic"]["model"] is None
+
     code = sf_core.enjoy.main([f"--train_dir={tmp_path}", "--experiment=exp", "--max_num_episodes=3",
                                "--eval_deterministic=True"])
     assert code == 0
     with open(tmp_path / "exp" / "eval_results.json") as f:
         assert json.load(f)["mean_return"] >= 400
+
+    exported = launch.run([f"--train_dir={tmp_path}", "--experiment=exp", "--format=torchscript"], timeout=240,
+                          module="sf_core.export")
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    policy = torch.jit.load(str(tmp_path / "exp" / "export" / "policy.pt"))
+    cfg = Config.from_dict(saved["config"])
+    env = gym.make("CartPole-v1")
+    model = ActorCritic(env.observation_space, env.action_space, ModelSpec.from_config(cfg))
+    model.load_state_dict(saved["model"])  # two bodies, as the flag implies
+    obs = torch.randn(64, 4)
+    with torch.no_grad():
+        assert torch.equal(policy(obs)[0], model.distribution(model(obs)[0]).mode())
