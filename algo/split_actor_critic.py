@@ -23,8 +23,8 @@ and PPO's ppo_update, REINFORCE's, APPO_TEACHER's, APPO_RND's) becomes three tra
     fold_obs_statistics [actor_critic]  the dataset's observations into the normalisation both halves read
     actor_update        [actor]         the update's own policy loss − exploration_loss_coeff · entropy, for
                                         its epochs, with its extra keys (a teacher's distribution)
-    critic_update       [critic]        value_loss_coeff · the (clipped) value loss, after the dataset's
-                                        returns are folded into the returns normalisation
+    critic_update       [critic]        value_loss_coeff · the (clipped) value loss, for the update's epochs,
+                                        after the dataset's returns are folded into the returns normalisation
 
 Each half's loss and gradients are those of the whole model's loss for its parameters: with no clipping and the
 same minibatch order, a split update equals the joint one (tests/test_split_actor_critic.py). Feed-forward
@@ -154,20 +154,29 @@ class ActorUpdate:
         return {"actor_stats": mean_stats(totals, steps, names)}
 
 
-def critic_update(ctx: Context, x: Inputs) -> Inputs:
+@dataclass(frozen=True)
+class CriticUpdate:
     """The critic's train_step: value_loss_coeff · the value loss (clipped around the values the samples were
-    collected with, --ppo_clip_value), in normalized units, for --num_epochs."""
+    collected with, --ppo_clip_value), in normalized units, for the epochs of the update it replaces."""
+
+    one_epoch: bool = False
+
+    def __call__(self, ctx: Context, x: Inputs) -> Inputs:
+        if not n._any_learner(ctx, x["mask"].any()):
+            return {"critic_stats": {"skipped_datasets": 1.0}}
+        return {"critic_stats": fit_critic(ctx, x, 1 if self.one_epoch else ctx.params.num_epochs)}
+
+
+def fit_critic(ctx: Context, x: Inputs, epochs: int) -> dict[str, float]:
     p, slot = ctx.params, ctx.models["critic"]
     critic: Critic = slot.module
     mask = x["mask"]
-    if not n._any_learner(ctx, mask.any()):
-        return {"critic_stats": {"skipped_datasets": 1.0}}
     if critic.returns_norm is not None:
         critic.returns_norm.update(x["value_targets"][mask.bool()], ctx.gather)
     samples = {"obs": x["train_obs"], "targets": critic.normalize_value(x["value_targets"]),
                "old_values": critic.normalize_value(x["values"][:-1]), "mask": mask}
     totals, steps = None, 0
-    for mb in minibatches(ctx, samples, p.num_epochs):
+    for mb in minibatches(ctx, samples, epochs):
         with autocast(slot.device, p.mixed_precision):
             values = critic(mb["obs"]).float()
         error = ppo.value_error(values, mb["old_values"], mb["targets"], p.ppo_clip_value)
@@ -179,7 +188,7 @@ def critic_update(ctx: Context, x: Inputs) -> Inputs:
         ctx.on_minibatch()
     stats = mean_stats(totals, steps, ("value_loss", "critic_grad_norm"))
     stats.update(value_mean=x["values"][:-1].mean().item(), target_mean=x["value_targets"].mean().item())
-    return {"critic_stats": stats}
+    return stats
 
 
 # the graph ------------------------------------------------------------------------------------------------------
@@ -196,8 +205,8 @@ def split_actor_critic(algorithm: Algorithm) -> Algorithm:
              model=WHOLE),
         Node("actor_update", "train_step", common + ("actions", "log_prob", "advantages") + update.fn.extra_keys,
              ("actor_stats",), ActorUpdate(update.fn), model="actor"),
-        Node("critic_update", "train_step", common + ("values", "value_targets"), ("critic_stats",), critic_update,
-             model="critic"),
+        Node("critic_update", "train_step", common + ("values", "value_targets"), ("critic_stats",),
+             CriticUpdate(update.fn.one_epoch), model="critic"),
     ]
     extra_models = algorithm.extra_models
     algorithm.extra_models = lambda models: {**extra_models(models), **split_models(models)}

@@ -110,6 +110,16 @@ def test_a_checkpoint_carries_both_optimizers_and_resumes_where_it_left_off():
     assert all(torch.equal(a, b) for a, b in zip(everything(first), everything(resumed), strict=True))
 
 
+@pytest.mark.parametrize("algo", ["APPO", "PPO", "REINFORCE", "APPO_TEACHER", "APPO_RND"])
+def test_every_built_in_algorithm_splits(algo):
+    params = LearningParams.from_config(small_config(algo=algo))
+    nodes = {node.name: node for node in build_algorithm(algorithm_builder(algo), params).nodes}
+    build_graph(list(nodes.values()), BATCH_KEYS)
+    assert nodes["actor_update"].model == "actor" and nodes["critic_update"].model == "critic"
+    assert nodes["actor_update"].fn.update.one_epoch == nodes["critic_update"].fn.one_epoch == (algo == "REINFORCE")
+    assert ("teacher_params" in nodes["actor_update"].input_keys) == (algo == "APPO_TEACHER")
+
+
 def test_the_split_graph_and_what_it_refuses():
     params = LearningParams.from_config(small_config())
     algorithm = build_algorithm(algorithm_builder("APPO"), params)
