@@ -168,7 +168,7 @@ def minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn: PolicyLoss, epochs: i
     if x["inactive"].any():  # only observations agents acted on (an inactive agent's row holds zeros);
         obs = obs[~x["inactive"].flatten()]  # no copy of every frame when all acted
     model.update_obs_stats(obs, ctx.gather)
-    if not _any_learner(ctx, mask.any()):  # every sample too stale to train on (--max_policy_lag)
+    if not any_learner(ctx, mask.any()):  # every sample too stale to train on (--max_policy_lag)
         return {"skipped_datasets": 1.0}
     if model.returns_norm is not None:
         model.returns_norm.update(x["value_targets"][mask.bool()], ctx.gather)
@@ -207,7 +207,7 @@ def minibatch_order(ctx: Context, count: int, device: torch.device) -> torch.Ten
     return torch.randperm(count, device=device, generator=ctx.generator)
 
 
-def _any_learner(ctx: Context, flag: torch.Tensor) -> bool:
+def any_learner(ctx: Context, flag: torch.Tensor) -> bool:
     """`flag` here, or on any rank of a learner group: every rank must take the same branch, since each
     SGD step waits for the others' gradients."""
     if ctx.gather is None:

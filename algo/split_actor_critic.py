@@ -128,7 +128,7 @@ class ActorUpdate:
     update: n.SGDUpdate
 
     def __call__(self, ctx: Context, x: Inputs) -> Inputs:
-        if not n._any_learner(ctx, x["mask"].any()):  # every sample too stale to train on
+        if not n.any_learner(ctx, x["mask"].any()):  # every sample too stale to train on
             return {"actor_stats": {"skipped_datasets": 1.0}}
         p, slot = ctx.params, ctx.models["actor"]
         epochs = 1 if self.update.one_epoch else p.num_epochs
@@ -162,12 +162,13 @@ class CriticUpdate:
     one_epoch: bool = False
 
     def __call__(self, ctx: Context, x: Inputs) -> Inputs:
-        if not n._any_learner(ctx, x["mask"].any()):
+        if not n.any_learner(ctx, x["mask"].any()):
             return {"critic_stats": {"skipped_datasets": 1.0}}
         return {"critic_stats": fit_critic(ctx, x, 1 if self.one_epoch else ctx.params.num_epochs)}
 
 
 def fit_critic(ctx: Context, x: Inputs, epochs: int) -> dict[str, float]:
+    """The dataset's value targets into the returns normalisation, then `epochs` passes of minibatch SGD."""
     p, slot = ctx.params, ctx.models["critic"]
     critic: Critic = slot.module
     mask = x["mask"]
