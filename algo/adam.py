@@ -80,6 +80,7 @@ class FusedAdam:
         self.state = {}
         for i, s in state_dict["state"].items():
             p = self.params[int(i)]
-            self.state[p] = {"step": torch.as_tensor(s["step"], dtype=torch.float32).to(p.device).reshape(()),
+            # copies: a live optimizer's state_dict holds its own tensors, whose steps must not move this one's
+            self.state[p] = {"step": torch.as_tensor(s["step"], dtype=torch.float32).to(p.device).reshape(()).clone(),
                              "exp_avg": s["exp_avg"].to(p.device, p.dtype).clone(),
                              "exp_avg_sq": s["exp_avg_sq"].to(p.device, p.dtype).clone()}

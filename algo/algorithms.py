@@ -30,6 +30,9 @@ class Algorithm:
     devices: dict[str, str] = field(default_factory=dict)
     # raises ConfigError for an env it cannot train on (its spaces), in the runner, before any process starts
     check_spaces: Callable[[gym.Space, gym.Space], None] = field(default=lambda obs_space, action_space: None)
+    # models that are shares of another's parameters (name -> that model, e.g. the actor of --split_actor_critic
+    # -> actor_critic): they run where it runs
+    parts: dict[str, str] = field(default_factory=dict)
 
 
 RECOMPUTE = Node("recompute", "inference", ("obs", "actions", "rnn_states", "episode_ends"),

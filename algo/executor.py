@@ -5,52 +5,74 @@ the learner's (`home`). Its inputs are moved there as it reads them (one copy pe
 every node on that device), and its outputs stay where they were made until a consumer elsewhere reads them.
 
 Overlap (`overlap=True`, the `--overlap_graph_nodes` flag). The nodes of one generation need nothing from
-each other: those that train nothing run at once, each on a thread (torch releases the GIL inside its
-kernels, so on a CPU they take a core each) and, on a GPU, each on a CUDA stream of its own. A node's stream
-first waits for the work queued before the generation (its inputs), and the stream the next generation runs
-on waits for each node's stream, so consumers never read an output early. The generation's train_steps
-follow, one by one, in both modes. Every node computes what it would alone: the results are those of
-sequential execution.
+each other and run at once, each on a thread (torch releases the GIL inside its kernels, so on a CPU they take
+a core each, and the process's intra-op threads are shared out among them) and, on a GPU, each on a CUDA
+stream of its own. A node's stream first waits for the work queued before the generation (its inputs), and
+the stream the next generation runs on waits for each node's stream, so consumers never read an output early.
+The generation's train_steps are among them unless `overlap_train_steps=False` (a learner group, whose ranks
+must issue their collectives in one order), when they follow one by one. Every train_step draws its random
+numbers from a generator of its own (`Context.generator`), seeded from torch's global one in the graph's
+order, and every node computes what it would alone: the results are those of sequential execution.
 
-Offload. A frozen model with an `offload_device` waits there between iterations (algo/offload.py). Its copy
-to the device starts one generation before its first call, beside the calls before it, and is dropped after
-its last call; `take_transfer_seconds` tells the learner how long the copies took.
+Offload. A frozen model with an `offload_device` waits there between iterations (algo/offload.py): its copy to
+the device starts one generation before its first call, across datasets, and is dropped after its last call;
+`take_transfer_seconds` tells the learner how long the copies took and how much of that the calls waited for.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
 from sf_core.algo.graph import Context, DataflowGraph, GraphError, Node
-from sf_core.algo.offload import OffloadedModel
+from sf_core.algo.offload import OffloadedModel, OffloadSchedule
+
+
+@functools.cache
+def per_thread_intra_op_threads() -> bool:
+    """Whether torch.set_num_threads on one thread leaves the others' counts alone. With ATen's OpenMP backend
+    (torch's builds for Linux and Windows) it does: OpenMP and MKL keep the count per thread. With another
+    backend the count is the process's, and each node keeps it."""
+    return "parallel backend: OpenMP" in torch.__config__.parallel_info()
+
+
+def train_steps_at_once(graph: DataflowGraph) -> list[list[str]]:
+    """The groups of train_steps that --overlap_graph_nodes runs at once: those of one generation."""
+    found = [[name for name in generation if graph.nodes[name]["node"].kind == "train_step"]
+             for generation in graph.generations()]
+    return [names for names in found if len(names) > 1]
 
 
 class GraphExecutor:
     def __init__(self, graph: DataflowGraph, context: Context, overlap: bool = False,
-                 home: str | torch.device = "cpu"):
+                 home: str | torch.device = "cpu", overlap_train_steps: bool = True):
         self.graph, self.context, self.home = graph, context, torch.device(home)
+        self.overlap_train_steps = overlap and overlap_train_steps
         self.generations = graph.generations()
         widest = max((len(g) for g in self.generations), default=1)
         self.pool = ThreadPoolExecutor(max_workers=widest, thread_name_prefix="graph") if overlap else None
         self.streams: dict[str, Any] = {}  # node name -> its CUDA stream, when nodes overlap on a GPU
-        self.offloaded: dict[str, OffloadedModel] = {}
+        self.generators: dict[str, torch.Generator] = {}  # train_step name -> its generator
+        offloaded: dict[str, OffloadedModel] = {}
         for name, slot in (context.models.items() if context is not None else ()):
             if slot.offload_device is not None:
                 if slot.trainable:
                     raise GraphError(f"model {name!r} is trained: only a frozen model can be offloaded")
-                self.offloaded[name] = OffloadedModel(slot.module, slot.device, slot.offload_device)
-        # per offloaded model: the generation of its first call (prefetched one earlier) and of its last
-        self.first_use, self.last_use = {}, {}
+                offloaded[name] = OffloadedModel(slot.module, slot.device, slot.offload_device)
+        first, last = {}, {}  # per offloaded model: the generation of its first call and of its last
         for index, generation in enumerate(self.generations):
             for name in generation:
                 model = graph.nodes[name]["node"].model
-                if model in self.offloaded:
-                    self.first_use.setdefault(model, index)
-                    self.last_use[model] = index
+                if model in offloaded:
+                    first.setdefault(model, index)
+                    last[model] = index
+        self.offloaded = {name: model for name, model in offloaded.items() if name in first}
+        self.offload = OffloadSchedule(self.offloaded, first, last, len(self.generations))
 
     def device_of(self, node: Node) -> torch.device:
         if node.device is not None:
@@ -60,27 +82,33 @@ class GraphExecutor:
 
     def run(self, batch: dict[str, Any]) -> dict[str, Any]:
         data, placed = dict(batch), {}
+        self._seed_train_steps()
         for index, generation in enumerate(self.generations):
-            for model, first in self.first_use.items():
-                if first in (index, index + 1):
-                    self.offloaded[model].prefetch()
+            self.offload.before(index)
             nodes = [self.graph.nodes[name]["node"] for name in generation]
             for out in self._run_generation(nodes, data, placed):
                 data.update(out)
-            for model, last in self.last_use.items():
-                if last == index:
-                    self.offloaded[model].release()
+            self.offload.after(index)
         return data
 
-    def take_transfer_seconds(self) -> tuple[float, bool]:
-        """Seconds the offloaded models' copies to their devices took since the last call, and whether they held
-        up the calls (a copy in host memory) or ran beside them (a side CUDA stream)."""
-        seconds = sum(model.take_seconds() for model in self.offloaded.values())
-        return seconds, not any(model.cuda for model in self.offloaded.values())
+    def take_transfer_seconds(self) -> tuple[float, float]:
+        """Seconds the offloaded models' copies to their devices took since the last call, and the part of them
+        the calls waited for (on a GPU, what the side stream did not hide; in host memory, all of it)."""
+        return self.offload.take_seconds()
+
+    def _seed_train_steps(self) -> None:
+        """One draw from torch's global generator per train_step, in the graph's order, whichever runs first."""
+        for generation in self.generations:
+            for name in generation:
+                node = self.graph.nodes[name]["node"]
+                if node.kind == "train_step":
+                    if name not in self.generators:
+                        self.generators[name] = torch.Generator(device=self.device_of(node))
+                    self.generators[name].manual_seed(int(torch.randint(2**62, (1,))))
 
     def _run_generation(self, nodes: list[Node], data: dict, placed: dict) -> list[dict[str, Any]]:
-        # train_steps last, one by one, in both modes: they draw from torch's global random generator (the
-        # minibatches' shuffle), whose draws must come in the same order for the same results
+        if self.overlap_train_steps:
+            return self._run_at_once(nodes, data, placed)
         calls = [node for node in nodes if node.kind != "train_step"]
         steps = [node for node in nodes if node.kind == "train_step"]
         found = self._run_at_once(calls, data, placed) if calls else []
@@ -90,11 +118,18 @@ class GraphExecutor:
         inputs = [self._inputs(node, data, placed) for node in nodes]  # copies made here, on this thread
         if self.pool is None or len(nodes) == 1:
             return [self._call(node, x) for node, x in zip(nodes, inputs)]
-        cuda = [self.device_of(node) for node in nodes if self.device_of(node).type == "cuda"]
-        if not cuda:
-            return list(self.pool.map(self._call, nodes, inputs))
-        before = {device: torch.cuda.current_stream(device).record_event() for device in set(cuda)}
-        results = list(self.pool.map(lambda node, x: self._call_on_stream(node, x, before), nodes, inputs))
+        threads = torch.get_num_threads()
+        share = max(1, threads // len(nodes)) if per_thread_intra_op_threads() else None
+        try:
+            cuda = [self.device_of(node) for node in nodes if self.device_of(node).type == "cuda"]
+            if not cuda:
+                return list(self.pool.map(lambda node, x: self._call(node, x, share), nodes, inputs))
+            before = {device: torch.cuda.current_stream(device).record_event() for device in set(cuda)}
+            results = list(self.pool.map(lambda node, x: self._call_on_stream(node, x, before, share), nodes,
+                                         inputs))
+        finally:
+            if share is not None and share != threads:
+                torch.set_num_threads(threads)  # the process's count again, for threads started from now on
         for node, (out, done) in zip(nodes, results):
             if done is not None:  # the next generation, on the current stream, reads this node's outputs
                 current = torch.cuda.current_stream(self.device_of(node))
@@ -104,17 +139,18 @@ class GraphExecutor:
                         value.record_stream(current)
         return [out for out, _ in results]
 
-    def _call_on_stream(self, node: Node, inputs: dict, before: dict) -> tuple[dict[str, Any], Any]:
+    def _call_on_stream(self, node: Node, inputs: dict, before: dict, share: int | None
+                        ) -> tuple[dict[str, Any], Any]:
         device = self.device_of(node)
         if device.type != "cuda":
-            return self._call(node, inputs), None
+            return self._call(node, inputs, share), None
         stream = self.streams.setdefault(node.name, torch.cuda.Stream(device))
         stream.wait_event(before[device])
         with torch.cuda.stream(stream):
             for value in inputs.values():  # made on the current stream, read on this one
                 if isinstance(value, torch.Tensor) and value.is_cuda:
                     value.record_stream(stream)
-            out = self._call(node, inputs)
+            out = self._call(node, inputs, share)
             return out, stream.record_event()
 
     def _inputs(self, node: Node, data: dict[str, Any], placed: dict) -> dict[str, Any]:
@@ -129,12 +165,18 @@ class GraphExecutor:
             found[key] = value
         return found
 
-    def _call(self, node: Node, inputs: dict[str, Any]) -> dict[str, Any]:
+    def _call(self, node: Node, inputs: dict[str, Any], threads: int | None = None) -> dict[str, Any]:
+        """`threads`: this thread's intra-op thread count, on a thread of the pool."""
+        if threads is not None:
+            torch.set_num_threads(threads)
         offloaded = self.offloaded.get(node.model) if node.model else None
         if offloaded is not None:
             offloaded.acquire()
+        context = self.context
+        if node.name in self.generators:
+            context = dataclasses.replace(context, generator=self.generators[node.name])
         with torch.no_grad() if node.kind == "inference" else contextlib.nullcontext():
-            out = node.fn(self.context, inputs)
+            out = node.fn(context, inputs)
         missing = set(node.output_keys) - set(out)
         if missing:
             raise GraphError(f"node {node.name!r} did not produce {sorted(missing)}")

@@ -8,11 +8,14 @@ order, each node on its device.
 Kinds:
 - `inference`: a forward pass without gradients (recompute values, a frozen reference policy);
 - `compute`:   a function of tensors only (targets, reward shaping);
-- `train_step`: forward + backward + optimizer step on a trainable model.
+- `train_step`: changes a model's state: forward + backward + optimizer step on a trainable model (or, as
+  `fold_obs_statistics` of --split_actor_critic, the running statistics of its input normalisation).
 
 Parameter versions: nodes run in topological order, every train_step of an iteration comes after the
 nodes that feed it, and every other call of its model comes before it (`build_graph` adds those edges),
-so each call of a model sees the weights left by its last train_step in the previous iteration.
+so each call of a model sees the weights left by its last train_step in the previous iteration. Two
+train_steps of one model never run at once (`build_graph` orders them too); train_steps of different models
+with no key between them may (`--overlap_graph_nodes`).
 """
 
 from __future__ import annotations
@@ -59,6 +62,9 @@ class ModelSlot:
     optimizer: torch.optim.Optimizer | None = None
     device: str = "cpu"
     offload_device: str | None = None  # a frozen model waits there between iterations (algo/offload.py)
+    # the model whose parameters these are a share of ("actor_critic" for the actor and the critic of
+    # --split_actor_critic): its weights are saved, published and placed with that model's
+    part_of: str | None = None
 
     @property
     def trainable(self) -> bool:
@@ -86,6 +92,10 @@ class Context:
     # `gather`. One learner: a no-op, and None.
     average_gradients: Callable[[Iterable[torch.nn.Parameter]], None] = lambda parameters: None
     gather: Gather | None = None
+    # Where this call draws random numbers from (a minibatch order): a train_step's own generator, seeded from
+    # torch's global one once per dataset in the graph's order, so that train_steps running at once draw what
+    # they would one after another. None: torch's global generator.
+    generator: torch.Generator | None = None
 
 
 class DataflowGraph:
@@ -153,7 +163,7 @@ def build_graph(nodes: list[Node], inputs: tuple[str, ...] | set[str]) -> Datafl
                 raise GraphError(f"node {node.name!r} needs key {key!r}, which no node produces and the batch "
                                  f"does not provide (batch keys: {sorted(inputs)})")
     _order_calls_of_each_model(nodes, graph)
-    graph.generations()  # a cycle fails here
+    _order_train_steps_of_each_model(nodes, graph)  # a cycle fails here
     return graph
 
 
@@ -166,3 +176,19 @@ def _order_calls_of_each_model(nodes: list[Node], graph: DataflowGraph) -> None:
             if (reader.model is not None and reader.model == trainer.model and reader.kind != "train_step"
                     and trainer.kind == "train_step"):
                 graph.edges.setdefault((reader.name, trainer.name), {"key": f"(the weights of {reader.model})"})
+
+
+def _order_train_steps_of_each_model(nodes: list[Node], graph: DataflowGraph) -> None:
+    """Two train_steps of one model never update it at once: they run in the order of their generations, and
+    within one in the order they are listed. Every edge goes from an earlier (generation, position) to a later
+    one, so none closes a cycle."""
+    generation = {name: index for index, names in enumerate(graph.generations()) for name in names}
+    position = {node.name: index for index, node in enumerate(nodes)}
+    steps: dict[str, list[str]] = {}
+    for node in nodes:
+        if node.kind == "train_step":
+            steps.setdefault(node.model, []).append(node.name)
+    for model, names in steps.items():
+        names.sort(key=lambda name: (generation[name], position[name]))
+        for first, then in zip(names, names[1:]):
+            graph.edges.setdefault((first, then), {"key": f"(the weights of {model})"})

@@ -36,7 +36,8 @@ class ModelSpec:
     def from_config(cls, cfg: Config) -> "ModelSpec":
         return cls(
             encoder_mlp_layers=tuple(cfg.encoder_mlp_layers), nonlinearity=cfg.nonlinearity,
-            share_weights=cfg.actor_critic_share_weights, normalize_input=cfg.normalize_input,
+            share_weights=cfg.actor_critic_share_weights and not cfg.split_actor_critic,  # a half per model
+            normalize_input=cfg.normalize_input,
             normalize_returns=cfg.normalize_returns, continuous_tanh_scale=cfg.continuous_tanh_scale,
             initial_log_std=cfg.initial_log_std, encoder_conv_architecture=cfg.encoder_conv_architecture,
             encoder_conv_mlp_layers=tuple(cfg.encoder_conv_mlp_layers), use_rnn=cfg.use_rnn,

@@ -19,7 +19,7 @@ import torch
 
 from sf_core.algo import ppo
 from sf_core.algo.gradient_clipping import clip_grad_norm
-from sf_core.algo.graph import Context
+from sf_core.algo.graph import Context, ModelSlot
 from sf_core.algo.model import autocast
 from sf_core.algo.targets import gae, vtrace
 
@@ -168,7 +168,7 @@ def minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn: PolicyLoss, epochs: i
     if x["inactive"].any():  # only observations agents acted on (an inactive agent's row holds zeros);
         obs = obs[~x["inactive"].flatten()]  # no copy of every frame when all acted
     model.update_obs_stats(obs, ctx.gather)
-    if not _any_learner(ctx, mask.any()):  # every sample too stale to train on (--max_policy_lag)
+    if not any_learner(ctx, mask.any()):  # every sample too stale to train on (--max_policy_lag)
         return {"skipped_datasets": 1.0}
     if model.returns_norm is not None:
         model.returns_norm.update(x["value_targets"][mask.bool()], ctx.gather)
@@ -184,8 +184,7 @@ def minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn: PolicyLoss, epochs: i
     totals, names = None, STEP_STATS
     steps = 0
     for _ in range(epochs):
-        # on the model's device: a host-side index would be copied over for every minibatch
-        order = (torch.randperm if p.shuffle_minibatches else torch.arange)(count, device=obs.device)
+        order = minibatch_order(ctx, count, obs.device)
         for start in range(0, count, per_minibatch):
             idx = order[start:start + per_minibatch]
             mb = {key: value[:, idx] for key, value in sequences.items()}
@@ -199,7 +198,16 @@ def minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn: PolicyLoss, epochs: i
     return stats
 
 
-def _any_learner(ctx: Context, flag: torch.Tensor) -> bool:
+def minibatch_order(ctx: Context, count: int, device: torch.device) -> torch.Tensor:
+    """The order of one epoch's `count` samples (or sequences): shuffled from the call's own generator with
+    --shuffle_minibatches, else as stored. On the model's device: a host-side index would be copied over for
+    every minibatch."""
+    if not ctx.params.shuffle_minibatches:
+        return torch.arange(count, device=device)
+    return torch.randperm(count, device=device, generator=ctx.generator)
+
+
+def any_learner(ctx: Context, flag: torch.Tensor) -> bool:
     """`flag` here, or on any rank of a learner group: every rank must take the same branch, since each
     SGD step waits for the others' gradients."""
     if ctx.gather is None:
@@ -225,34 +233,53 @@ def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn: PolicyL
     dist = model.distribution(dist_params)
     log_prob = dist.log_prob(mb["actions"])
     entropy = ppo.weighted_mean(dist.entropy(), weights)
-    if p.normalize_advantage:  # statistics of the samples actually trained on
-        adv = mb["advantages"]
-        mean = ppo.weighted_mean(adv, weights)
-        std = ppo.weighted_mean((adv - mean).pow(2), weights).sqrt()
-        mb["advantages"] = (adv - mean) / (std + 1e-8)
+    if p.normalize_advantage:
+        mb["advantages"] = normalized_advantages(mb["advantages"], weights)
 
     policy_loss, extra = policy_loss_fn(ctx, dist, log_prob, mb)
     value_loss = ppo.weighted_mean(ppo.value_error(values, mb["old_values"], mb["targets"], p.ppo_clip_value),
                                    weights)
     loss = policy_loss + p.value_loss_coeff * value_loss - p.exploration_loss_coeff * entropy
+    grad_norm = optimizer_step(ctx, slot, loss, {"policy loss": policy_loss, "value loss": value_loss,
+                                                 "entropy": entropy})
+    kl, clip_fraction = policy_change(log_prob, mb["log_prob"], weights, p.ppo_clip_ratio)
+    with torch.no_grad():
+        values = [loss, policy_loss, value_loss, entropy, kl, clip_fraction, grad_norm, *extra.values()]
+        return torch.stack(values).float(), STEP_STATS + tuple(extra)
 
+
+def normalized_advantages(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Advantages with zero mean and unit std over the samples actually trained on (--normalize_advantage)."""
+    mean = ppo.weighted_mean(advantages, weights)
+    std = ppo.weighted_mean((advantages - mean).pow(2), weights).sqrt()
+    return (advantages - mean) / (std + 1e-8)
+
+
+def optimizer_step(ctx: Context, slot: ModelSlot, loss: torch.Tensor, terms: dict[str, torch.Tensor]
+                   ) -> torch.Tensor:
+    """Backward, the gradients averaged over a learner group and clipped to --max_grad_norm, then the optimizer's
+    step; returns the gradients' norm before clipping. `terms`: the loss's parts, named in the error if a
+    gradient is not finite."""
     parameters = slot.parameters
     slot.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     ctx.average_gradients(parameters)  # a learner group: every rank steps with the mean gradient
-    max_norm = p.max_grad_norm if p.max_grad_norm > 0 else float("inf")
+    max_norm = ctx.params.max_grad_norm if ctx.params.max_grad_norm > 0 else float("inf")
     grad_norm = clip_grad_norm(parameters, max_norm)
     # checked once the backward is queued (a check of the loss before it would make a GPU idle in between),
     # and before the weights change; a learner group's ranks share the averaged gradients, so all stop together
     if not torch.isfinite(grad_norm):
-        raise FloatingPointError(
-            f"non-finite loss or gradients (policy loss {policy_loss.item()}, value loss {value_loss.item()}, "
-            f"entropy {entropy.item()}): no optimizer step taken; check the env's observations and rewards for NaN/inf")
+        described = ", ".join(f"{name} {value.item()}" for name, value in terms.items())
+        raise FloatingPointError(f"non-finite loss or gradients ({described}): no optimizer step taken; check the "
+                                 f"env's observations and rewards for NaN/inf")
     slot.optimizer.step()
+    return grad_norm
 
-    with torch.no_grad():
-        log_ratio = log_prob - mb["log_prob"]
-        kl = ppo.weighted_mean(ppo.kl_estimate(log_ratio), weights)
-        clip_fraction = ppo.weighted_mean((log_ratio.exp() - 1).abs().gt(p.ppo_clip_ratio).float(), weights)
-        values = [loss, policy_loss, value_loss, entropy, kl, clip_fraction, grad_norm, *extra.values()]
-        return torch.stack(values).detach().float(), STEP_STATS + tuple(extra)
+
+@torch.no_grad()
+def policy_change(log_prob: torch.Tensor, behaviour_log_prob: torch.Tensor, weights: torch.Tensor,
+                  clip_ratio: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The KL estimate from the behaviour policy, and the share of samples whose ratio left the clip range."""
+    log_ratio = log_prob - behaviour_log_prob
+    kl = ppo.weighted_mean(ppo.kl_estimate(log_ratio), weights)
+    return kl, ppo.weighted_mean((log_ratio.exp() - 1).abs().gt(clip_ratio).float(), weights)

@@ -34,6 +34,7 @@ class LearningParams:
     mixed_precision: bool = default("mixed_precision")
     teacher: str = default("teacher")
     teacher_kl_coeff: float = default("teacher_kl_coeff")
+    split_actor_critic: bool = default("split_actor_critic")
     recurrence: int = 1  # steps the learner unrolls per sequence, resolved (Config.recurrence_length)
 
     @classmethod

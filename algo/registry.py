@@ -7,6 +7,7 @@ from typing import Callable
 from sf_core.algo.algorithms import Algorithm, appo, ppo, reinforce
 from sf_core.algo.params import LearningParams
 from sf_core.algo.rnd import appo_rnd
+from sf_core.algo.split_actor_critic import split_actor_critic
 from sf_core.algo.teacher import appo_teacher
 from sf_core.common.user_code import user_code
 from sf_core.config import Config, ConfigError, register_check
@@ -20,6 +21,12 @@ def register_algorithm(name: str, builder: AlgorithmBuilder) -> None:
     """Make `--algo=name` build its graph with `builder(params)`, in the learner's process (any callable:
     a lambda or a notebook's function travels there by value)."""
     _ALGORITHMS[name] = user_code(builder, f"the algorithm registered as {name!r}")
+
+
+def build_algorithm(builder: AlgorithmBuilder, params: LearningParams) -> Algorithm:
+    """The algorithm's graph, with the actor and the critic as two models if --split_actor_critic."""
+    algorithm = builder(params)
+    return split_actor_critic(algorithm) if params.split_actor_critic else algorithm
 
 
 def algorithm_builder(name: str) -> AlgorithmBuilder:

@@ -213,7 +213,8 @@ def rnd_predictor_update(ctx: Context, x: Inputs) -> Inputs:
     predictor = slot.module
     whitened, target = x["rnd_obs"].flatten(0, 1), x["rnd_target_features"].flatten(0, 1)
     mask = x["mask"].flatten()
-    chosen = (torch.rand_like(mask) < p.rnd_update_proportion).float() * mask
+    chosen = (torch.rand(mask.shape, device=mask.device, generator=ctx.generator) < p.rnd_update_proportion)
+    chosen = chosen.float() * mask
     loss = fit(ctx, slot, lambda idx: (predictor(whitened[idx]) - target[idx]).pow(2).mean(-1), chosen)
 
     active = x["mask"].bool()
@@ -253,7 +254,7 @@ def fit(ctx: Context, slot: ModelSlot, sample_losses: Callable[[torch.Tensor], t
     count = weights.numel()
     total, steps = torch.zeros((), device=weights.device), 0  # summed on the device, read once
     for _ in range(p.num_epochs):
-        order = (torch.randperm if p.shuffle_minibatches else torch.arange)(count, device=weights.device)
+        order = n.minibatch_order(ctx, count, weights.device)
         for start in range(0, count, p.batch_size):
             idx = order[start:start + p.batch_size]
             loss = masked_mean(sample_losses(idx), weights[idx])

@@ -85,9 +85,11 @@ bench_learner() {
     bench_learner_both 2>&1 | tee "$OUTDIR/learner.log"
 }
 
-bench_graphs_to() {  # graphs of several models (docs/algorithms.md): two nodes on CUDA streams; an offloaded copy
+bench_graphs_to() {  # graphs of several models (docs/algorithms.md): nodes and train_steps on CUDA streams; offload
     python3 scripts/bench_graph_overlap.py --device=cuda --output="$1/graph_overlap.json"
+    python3 scripts/bench_train_steps.py --device=cuda --output="$1/train_steps.json"
     python3 scripts/bench_offload.py --device=cuda --output="$1/offload.json"
+    python3 scripts/bench_offload.py --device=cuda --frozen_first=True --output="$1/offload_first.json"
 }
 
 bench_graphs() {

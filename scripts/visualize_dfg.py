@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from sf_core.algo.graph import build_graph  # noqa: E402
 from sf_core.algo.params import LearningParams  # noqa: E402
-from sf_core.algo.registry import algorithm_builder, known_algorithms  # noqa: E402
+from sf_core.algo.registry import algorithm_builder, build_algorithm, known_algorithms  # noqa: E402
 from sf_core.cli.arguments import add_bool_argument  # noqa: E402
 from sf_core.config import Config  # noqa: E402
 from sf_core.contracts.sample import BATCH_KEYS  # noqa: E402
@@ -23,15 +23,15 @@ from sf_core.contracts.sample import BATCH_KEYS  # noqa: E402
 COLORS = {"inference": "#9ecae1", "compute": "#e0e0e0", "train_step": "#fdae6b", "batch": "#c7e9c0"}
 
 
-def render(algo: str, output: str, with_vtrace: bool = True) -> str:
+def render(algo: str, output: str, with_vtrace: bool = True, split_actor_critic: bool = False) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import networkx as nx
 
-    cfg = Config(env="CartPole-v1", algo=algo, with_vtrace=with_vtrace)
-    nodes = algorithm_builder(algo)(LearningParams.from_config(cfg)).nodes
+    cfg = Config(env="CartPole-v1", algo=algo, with_vtrace=with_vtrace, split_actor_critic=split_actor_critic)
+    nodes = build_algorithm(algorithm_builder(algo), LearningParams.from_config(cfg)).nodes
     graph = build_graph(nodes, BATCH_KEYS).to_networkx()
     used = sorted({key for node in nodes for key in node.input_keys if key in BATCH_KEYS})
     graph.add_node("batch", node=None)
@@ -65,7 +65,8 @@ def render(algo: str, output: str, with_vtrace: bool = True) -> str:
                 if u != "batch" and k in graph.nodes[u]["node"].output_keys] if u != "batch" else []
         edge_labels[(u, v)] = ", ".join(keys) if keys else ""
     nx.draw_networkx_edge_labels(graph, pos, edge_labels, font_size=6, ax=ax, connectionstyle=curve)
-    ax.set_title(f"--algo={algo}" + (" --with_vtrace=True" if algo == "APPO" and with_vtrace else ""))
+    ax.set_title(f"--algo={algo}" + (" --with_vtrace=True" if algo == "APPO" and with_vtrace else "")
+                 + (" --split_actor_critic=True" if split_actor_critic else ""))
     ax.axis("off")
     fig.tight_layout()
     fig.savefig(output, dpi=110)
@@ -78,9 +79,10 @@ def main(argv=None) -> int:
     parser.add_argument("--algo", default="APPO", help=f"one of {', '.join(known_algorithms())}")
     parser.add_argument("--output", default=None, help="file to write (.png, .svg, .pdf)")
     add_bool_argument(parser, "with_vtrace", True, "for APPO: draw the V-trace variant")
+    add_bool_argument(parser, "split_actor_critic", False, "the actor and the critic as two models")
     args = parser.parse_args(argv)
     output = args.output or f"{args.algo.lower()}.png"
-    print(f"wrote {render(args.algo, output, args.with_vtrace)}")
+    print(f"wrote {render(args.algo, output, args.with_vtrace, args.split_actor_critic)}")
     return 0
 
 

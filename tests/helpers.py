@@ -2,17 +2,38 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import random
 import socket
 import subprocess
 import time
+from typing import Iterator
 
 import sf_core.train
 from tests import launch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@contextlib.contextmanager
+def sf_core_log() -> Iterator[list[str]]:
+    """The messages logged to the "sf_core" logger meanwhile, from INFO up: a handler of its own, since the entry
+    points stop that logger's records from reaching the root's (and pytest's caplog)."""
+    messages: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("sf_core")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def train(tmp_path, *args: str, experiment: str = "exp") -> tuple[int, dict]:

@@ -1,5 +1,5 @@
-"""scripts/bench_learner.py and scripts/bench_sgd_step.py: they must keep running against the current
-learner (its batch keys and node signatures), and what they report must be consistent."""
+"""scripts/bench_learner.py, scripts/bench_sgd_step.py and scripts/bench_train_steps.py: they must keep running
+against the current learner (its batch keys and node signatures), and what they report must be consistent."""
 
 from __future__ import annotations
 
@@ -39,3 +39,11 @@ def test_bench_sgd_step_times_the_presets_model(flags):
     assert ("bf16 autocast" in proc.stdout) == bool(flags)
     step_ms = float(re.search(r"SGD step: ([\d.]+) ms", proc.stdout).group(1))
     assert 0 < step_ms < 1000
+
+
+def test_bench_train_steps_times_both_forms_and_they_end_identical(tmp_path):
+    out = tmp_path / "train_steps.json"
+    run("bench_train_steps.py", ["--iterations=1", "--hidden", "16", f"--output={out}"])
+    result = json.loads(out.read_text())
+    assert result["bit_identical"] is True and result["samples"] == 2048
+    assert result["one_after_the_other_ms"] > 0 and result["at_once_ms"] > 0

@@ -84,6 +84,19 @@ def test_independent_nodes_run_concurrently_with_same_results():
     torch.testing.assert_close(parallel["c"], serial["c"])
 
 
+def test_two_train_steps_of_one_model_never_run_at_once():
+    """Steps of one model with no key between them run in the order they are listed; one that feeds another runs
+    first wherever it is listed; a step of another model runs beside them."""
+    nodes = [node("fit_b", ["x"], ["b_stats"], kind="train_step", model="m"),
+             node("fit_a", ["x"], ["a_stats"], kind="train_step", model="m"),
+             node("reads_z", ["z"], ["r_stats"], kind="train_step", model="m"),
+             node("makes_z", ["x"], ["z"], kind="train_step", model="m"),
+             node("other", ["x"], ["o_stats"], kind="train_step", model="n")]
+    g = build_graph(nodes, {"x"})
+    assert g.edges["fit_b", "fit_a"]["key"] == "(the weights of m)"
+    assert g.generations() == [["fit_b", "other"], ["fit_a"], ["makes_z"], ["reads_z"]]
+
+
 @pytest.mark.parametrize("algo", ["APPO", "PPO", "REINFORCE"])
 def test_builtin_algorithms_are_valid_graphs(algo):
     for vtrace, recompute in ((False, False), (False, True), (True, False)):

@@ -12,6 +12,7 @@ from sf_core.algo.executor import GraphExecutor
 from sf_core.algo.graph import Context, ModelSlot, Node, build_graph
 from sf_core.algo.placement import check_placement, parse_devices, place_models
 from sf_core.config import Config, ConfigError
+from tests.helpers import sf_core_log
 
 TEACHER_NODES = [Node("teacher_policy", "inference", ("obs",), ("p",), lambda c, x: {"p": 0}, model="teacher"),
                  Node("update", "train_step", ("p",), ("stats",), lambda c, x: {"stats": {}}, model="actor_critic")]
@@ -41,10 +42,8 @@ def test_placement_follows_the_flag_over_the_algorithms_default():
     assert parse_devices(" teacher=cpu , rnd_target=cuda:1") == {"teacher": "cpu", "rnd_target": "cuda:1"}
     slots = {"actor_critic": ModelSlot(torch.nn.Linear(2, 2)), "teacher": ModelSlot(torch.nn.Linear(2, 2))}
     check_placement(Config(env="CartPole-v1", model_devices="teacher=cpu"), TEACHER_NODES, {"teacher": "cuda:5"})
-    place_models(slots, Config(env="CartPole-v1", model_devices="teacher=cpu", offload_models="teacher"),
-                 {"teacher": "cuda:5"})
-    assert slots["teacher"].device == "cpu" and slots["teacher"].offload_device == "cpu"
-    assert slots["actor_critic"].offload_device is None
+    place_models(slots, Config(env="CartPole-v1", model_devices="teacher=cpu"), {"teacher": "cuda:5"})
+    assert slots["teacher"].device == "cpu" and slots["actor_critic"].device == "cpu"
 
 
 def test_a_node_reads_its_inputs_on_its_own_device_once_per_device():
@@ -141,9 +140,9 @@ def test_an_offloaded_frozen_model_gives_the_same_outputs_and_its_copy_is_timed(
         assert torch.equal(offloaded.run({"obs": obs})["y"], expected)
     assert all(p != host for p in pointers), "the call must read the device copy, not the host weights"
     assert module.linear.weight.data_ptr() == host  # released: back on the host copy after its last call
-    seconds, synchronous = offloaded.take_transfer_seconds()
-    assert seconds > 0 and synchronous  # a copy in host memory holds the calls up: counted as such
-    assert offloaded.take_transfer_seconds()[0] == 0.0  # taken once
+    seconds, exposed = offloaded.take_transfer_seconds()
+    assert seconds > 0 and exposed == seconds  # a copy in host memory holds the calls up: counted as such
+    assert offloaded.take_transfer_seconds() == (0.0, 0.0)  # taken once
 
 
 def test_a_models_other_calls_come_before_its_train_step_even_without_a_key_between_them():
@@ -166,3 +165,59 @@ def test_a_models_other_calls_come_before_its_train_step_even_without_a_key_betw
     for _ in range(3):
         executor.run({"batch": torch.zeros(1)})
     assert reads == [0.0, 1.0, 2.0]  # each read sees the previous iteration's weights, whatever the names
+
+
+def test_offload_on_a_cpu_leaves_the_model_in_place_and_says_so():
+    cfg = Config(env="CartPole-v1", offload_models="teacher")
+    with sf_core_log() as messages:
+        check_placement(cfg, TEACHER_NODES, {})
+    assert len(messages) == 1 and "teacher runs on the CPU" in messages[0] and "nothing to offload" in messages[0]
+    slots = {"actor_critic": ModelSlot(torch.nn.Linear(2, 2)), "teacher": ModelSlot(torch.nn.Linear(2, 2))}
+    place_models(slots, cfg, {})
+    assert slots["teacher"].offload_device is None
+
+
+def test_a_model_called_first_is_copied_for_the_next_dataset_while_the_current_one_trains():
+    """The teacher of APPO_TEACHER is called in the first generation: nothing before it in its own dataset can
+    hide its copy, so the copy starts with the last generation of the dataset before."""
+    torch.manual_seed(1)
+    slot = ModelSlot(Scaler().requires_grad_(False), device="cpu", offload_device="cpu")
+    seen = []
+
+    def train(ctx, x):  # the last generation: by now the next dataset's copy is under way
+        seen.append(executor.offloaded["teacher"].copies is not None)
+        return {"stats": {}}
+
+    nodes = [Node("teacher", "inference", ("obs",), ("y",), lambda c, x: {"y": c.models["teacher"].module(x["obs"])},
+                  model="teacher"),
+             Node("targets", "compute", ("y",), ("t",), lambda c, x: {"t": x["y"] * 2}),
+             Node("update", "train_step", ("t",), ("stats",), train, model="student")]
+    models = {"teacher": slot, "student": ModelSlot(torch.nn.Linear(1, 1))}
+    executor = GraphExecutor(build_graph(nodes, {"obs"}), Context(models, None))
+    for _ in range(2):
+        executor.run({"obs": torch.randn(4, 8)})
+    assert seen == [True, True]
+    copied, exposed = executor.take_transfer_seconds()
+    assert copied > 0 and exposed == copied  # a copy in host memory holds the thread up: all of it is exposed
+
+
+def test_nodes_at_once_share_out_the_threads_of_the_process():
+    seen = {}
+
+    def count(name):
+        def fn(ctx, x):
+            seen[name] = torch.get_num_threads()
+            return {name: x["obs"]}
+        return fn
+
+    nodes = [Node(name, "compute", ("obs",), (name,), count(name)) for name in ("left", "right")]
+    executor = GraphExecutor(build_graph(nodes, {"obs"}), Context({}, None), overlap=True)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        executor.run({"obs": torch.zeros(1)})
+        assert torch.get_num_threads() == 2  # this thread's count, and the process's, are as they were
+    finally:
+        torch.set_num_threads(before)
+        executor.close()
+    assert seen == {"left": 1, "right": 1}  # two nodes at once on two threads: one each

@@ -180,7 +180,7 @@ class Config:
         "teacher=cuda:1,rnd_target=cpu); unnamed ones run where the algorithm places them (by default on --device).")
     offload_models: str = flag(
         "", "learning", "Comma-separated frozen models (e.g. teacher) kept in host memory between training "
-        "iterations and copied to their device ahead of their calls.")
+        "iterations and copied to their device ahead of their calls (on the CPU: nothing to do, a warning).")
     publish_every_sgd_step: bool = flag(
         False, "learning", "Send the weights to the inference workers after every SGD step, not once per dataset: "
         "samples are acted on by fresher weights (lower policy lag). Policy versions then count SGD steps, and so "
@@ -253,9 +253,10 @@ class Config:
     encoder_conv_mlp_layers: list[int] = flag([512], "model", "Fully connected layers after the conv encoder.")
     nonlinearity: str = flag("elu", "model", "Activation function.", choices=("elu", "relu", "tanh"))
     actor_critic_share_weights: bool = flag(True, "model", "One encoder for actor and critic, or one each.")
-    normalize_input: bool = flag(True, "model", "Normalize observations with running mean/std (per element for "
-                                 "vectors; one scalar mean/std for float images; never for uint8 images, which are "
-                                 "scaled by 1/255).")
+    split_actor_critic: bool = flag(False, "model", "Actor and critic as two models of the graph, each with its own "
+                                    "optimizer (at once with --overlap_graph_nodes); implies one body each.")
+    normalize_input: bool = flag(True, "model", "Normalize observations with running mean/std (per element for vectors;"
+                                 " one scalar mean/std for float images; never for uint8 images, scaled by 1/255).")
     normalize_returns: bool = flag(True, "model", "Learn values in units normalized by running return stats.")
     continuous_tanh_scale: float = flag(0.0, "model", "If > 0, Gaussian means are tanh(x)·scale.")
     initial_log_std: float = flag(0.0, "model", "Initial log std of Gaussian actions.")

@@ -27,7 +27,7 @@ from sf_core.algo.graph import Context, ModelSlot, build_graph
 from sf_core.algo.model import ActorCritic, ModelSpec
 from sf_core.algo.params import LearningParams
 from sf_core.algo.placement import place_models
-from sf_core.algo.registry import AlgorithmBuilder
+from sf_core.algo.registry import AlgorithmBuilder, build_algorithm
 from sf_core.config import NUMERIC_LEARNING_FLAGS, Config
 from sf_core.contracts.buffers import DatasetBuffers, SharedWeights
 from sf_core.contracts.component import Component, guarded
@@ -87,16 +87,19 @@ class Trainer:
             optimizer.load_state_dict(state["optimizer"])
         self.models = {"actor_critic": ModelSlot(model, optimizer, self.device)}
         params = self.learning_params()
-        algorithm = self.algorithm_builder(params)
+        algorithm = build_algorithm(self.algorithm_builder, params)
         self.models.update(algorithm.extra_models(self.models))
         place_models(self.models, self.cfg, algorithm.devices)
         if state is not None:
             load_extra_models(self.models, state)
         self.link = link
-        hooks = link.start_identical(model, optimizer) if link is not None else {}
+        hooks = link.start_identical(model, self.policy_optimizers()) if link is not None else {}
         context = Context(self.models, params, on_minibatch=on_minibatch, policy_index=self.policy, **hooks)
+        # a learner group's ranks share one process group for every model, so their collectives must come in one
+        # order: train_steps one by one there (a group of ranks per model would lift this)
         self.executor = GraphExecutor(build_graph(algorithm.nodes, BATCH_KEYS), context,
-                                      overlap=self.cfg.overlap_graph_nodes, home=self.device)
+                                      overlap=self.cfg.overlap_graph_nodes, home=self.device,
+                                      overlap_train_steps=link is None)
         self.apply_hyperparams()
         return version
 
@@ -106,16 +109,24 @@ class Trainer:
         batch_size = self.cfg.batch_size // self.cfg.num_learners
         return LearningParams.from_config(dataclasses.replace(self.cfg, **self.hyperparams, batch_size=batch_size))
 
+    def policy_optimizers(self) -> list:
+        """The optimizers the learner's learning rate, Adam settings and PBT apply to: the actor-critic's, and its
+        actor's and critic's with --split_actor_critic."""
+        return [slot.optimizer for name, slot in self.models.items()
+                if (name == "actor_critic" or slot.part_of == "actor_critic") and slot.optimizer is not None]
+
     def apply_hyperparams(self) -> None:
-        """The current hyperparameters into the graph's context and the optimizer (after a PBT change)."""
+        """The current hyperparameters into the graph's context and the optimizers (after a PBT change)."""
         assert self.executor is not None
         self.executor.context.params = self.learning_params()
         h = self.hyperparams
-        for group in self.models["actor_critic"].optimizer.param_groups:
-            group.update(lr=h["learning_rate"], eps=h["adam_eps"], betas=(h["adam_beta1"], h["adam_beta2"]))
+        for optimizer in self.policy_optimizers():
+            for group in optimizer.param_groups:
+                group.update(lr=h["learning_rate"], eps=h["adam_eps"], betas=(h["adam_beta1"], h["adam_beta2"]))
 
-    def transfer_seconds(self) -> tuple[float, bool]:
-        """The offloaded models' copies since the last call (`GraphExecutor.take_transfer_seconds`)."""
+    def transfer_seconds(self) -> tuple[float, float]:
+        """The offloaded models' copies since the last call, and their exposed part
+        (`GraphExecutor.take_transfer_seconds`)."""
         assert self.executor is not None
         return self.executor.take_transfer_seconds()
 
@@ -129,8 +140,9 @@ class Trainer:
         assert dataset is not None
         # the dataset holds exactly the batch's rows (sf_core/contracts/sample.py): no slicing, no renaming
         batch = {key: t.to(self.device, non_blocking=True) for key, t in dataset.items()}
-        for group in self.models["actor_critic"].optimizer.param_groups:
-            group["lr"] = lr
+        for optimizer in self.policy_optimizers():
+            for group in optimizer.param_groups:
+                group["lr"] = lr
         self.executor.context.policy_version = version
         outputs = self.executor.run(batch)
         # the graph's statistics are nested: a custom *_stats key cannot overwrite version or samples
@@ -139,8 +151,10 @@ class Trainer:
 
 
 def extra_models_state(models: dict[str, ModelSlot]) -> dict[str, dict]:
-    """The algorithm's other models (a trained RND predictor, its statistics; a frozen teacher), for a resume."""
-    return {name: {"model": slot.module.state_dict(),
+    """The algorithm's other models (a trained RND predictor, its statistics; a frozen teacher), for a resume. A
+    part of another model (the actor of --split_actor_critic) has its weights saved with that model's: only its
+    optimizer here."""
+    return {name: {"model": slot.module.state_dict() if slot.part_of is None else None,
                    "optimizer": slot.optimizer.state_dict() if slot.optimizer is not None else None}
             for name, slot in models.items() if name != "actor_critic"}
 
@@ -148,7 +162,8 @@ def extra_models_state(models: dict[str, ModelSlot]) -> dict[str, dict]:
 def load_extra_models(models: dict[str, ModelSlot], state: dict) -> None:
     for name, saved in state.get("extra_models", {}).items():
         if name in models:  # a checkpoint of another algorithm may have others: they are not ours to load
-            models[name].module.load_state_dict(saved["model"])
+            if saved["model"] is not None:
+                models[name].module.load_state_dict(saved["model"])
             if saved["optimizer"] is not None and models[name].optimizer is not None:
                 models[name].optimizer.load_state_dict(saved["optimizer"])
 
@@ -233,7 +248,8 @@ class Learner(Component):
             return
         slot = self.trainer.models["actor_critic"]
         self.population[source].load_into(slot.module)
-        slot.optimizer.state.clear()
+        for optimizer in self.trainer.policy_optimizers():
+            optimizer.state.clear()
         self.trainer.hyperparams.update(hyperparams)
         self.trainer.apply_hyperparams()
         self.version += 1  # samples acted on with the replaced weights now count as lagging
@@ -258,12 +274,11 @@ class Learner(Component):
             self._lose_group(exc)
             return
         trained = time.perf_counter()
-        copied, synchronous = self.trainer.transfer_seconds()
-        if copied and synchronous:  # the offloaded models' copies held up the training: their own phase
-            self.clock.add("offload_copy", copied)
-        elif copied:  # on a side CUDA stream, beside the training: counted, not a share of the learner's time
-            self.clock.count("offload_copy_us", int(copied * 1e6))
-        self.clock.add("sgd", trained - started - (copied if synchronous else 0.0))
+        copied, exposed = self.trainer.transfer_seconds()
+        if copied:  # the offloaded models' copies: the part the training waited for is a phase of its own
+            self.clock.add("offload_copy", exposed)
+            self.clock.count("offload_copy_us", int(copied * 1e6))  # every copy's whole time, hidden or not
+        self.clock.add("sgd", trained - started - exposed)
         self.clock.mark("first_sgd")
         # several policies: a dataset holds rows of other policies too (inactive here), which are not ours;
         # counted before the dataset goes back to the batcher, which refills it

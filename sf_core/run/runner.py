@@ -22,8 +22,8 @@ import torch
 
 from sf_core.algo.graph import build_graph
 from sf_core.algo.params import LearningParams
-from sf_core.algo.placement import check_placement
-from sf_core.algo.registry import algorithm_builder
+from sf_core.algo.placement import check_concurrency, check_placement
+from sf_core.algo.registry import algorithm_builder, build_algorithm
 from sf_core.envs.registry import EnvRegistry, registry_snapshot
 from sf_core.config import Config, ConfigError
 from sf_core.contracts.component import (Component, ComponentError, Routing, guarded, reuse_freed_memory,
@@ -104,9 +104,9 @@ class Runner(Component):
         if not self.serial:
             check_user_code(cfg, self.registry)
         # the algorithm's graph is checked here, so a broken one fails before any process starts
-        algorithm = algorithm_builder(cfg.algo)(LearningParams.from_config(cfg))
-        build_graph(algorithm.nodes, BATCH_KEYS)
-        check_placement(cfg, algorithm.nodes, algorithm.devices)
+        algorithm = build_algorithm(algorithm_builder(cfg.algo), LearningParams.from_config(cfg))
+        check_concurrency(cfg, build_graph(algorithm.nodes, BATCH_KEYS))
+        check_placement(cfg, algorithm.nodes, algorithm.devices, algorithm.parts)
         obs_space, action_space, agents_per_env = probe_spaces(cfg, self.registry, self.seed)
         algorithm.check_spaces(obs_space, action_space)  # e.g. a teacher of another env: before any process
         self.marks.setdefault("env_probed", time.time())

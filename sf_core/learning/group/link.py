@@ -157,18 +157,20 @@ class GroupLink:
                 send.wait()
         return share_of(dataset, 0, self.size)
 
-    def start_identical(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """Rank 0's weights (normalizers included) and optimizer state (a resumed run's) to every rank; returns
+    def start_identical(self, model: torch.nn.Module, optimizers: list[Any]) -> dict[str, Any]:
+        """Rank 0's weights (normalizers included) and the state of the optimizers that train them (a resumed
+        run's; the actor-critic's, or its actor's and critic's with --split_actor_critic) to every rank; returns
         the graph context's hooks."""
         state = model.state_dict()
-        moments = [_on_cpu(optimizer.state_dict()) if self.rank == 0 else None]
+        moments = [[_on_cpu(optimizer.state_dict()) for optimizer in optimizers] if self.rank == 0 else None]
         with collective("the broadcast of rank 0's start", self.rank):
             for tensor in state.values():
                 dist.broadcast(tensor, src=0)
             dist.broadcast_object_list(moments, src=0)
         model.load_state_dict(state)  # in place already; this clears the normalizers' cached float32 copies
         if self.rank != 0:
-            optimizer.load_state_dict(moments[0])
+            for optimizer, saved in zip(optimizers, moments[0]):
+                optimizer.load_state_dict(saved)
         self.model = model
         return {"average_gradients": self.average_gradients, "gather": self.gather}
 
