@@ -35,8 +35,8 @@ setup(
         "wandb": ["wandb>=0.17"],  # --with_wandb=True
         "huggingface": ["huggingface_hub>=0.23", "matplotlib>=3.7"],  # push_to_hub / load_from_hub
         "export": ["onnx>=1.16", "onnxscript>=0.2", "onnxruntime>=1.17"],  # python -m sf_core.export
-        "ray": ["ray>=2.9", "psutil>=5"],
-        "fleet": ["psutil>=5"],  # python -m sf_core.fleet: a server's pid is trusted with its start time  # --ray_address (docs/distributed.md); psutil: a learner rank's network interface
+        "ray": ["ray>=2.9", "psutil>=5"],  # --ray_address (docs/distributed.md); psutil: a learner rank's network interface
+        "fleet": ["psutil>=5"],  # python -m sf_core.fleet: a server's pid is trusted with its start time
         # the fast tests (`-m "not slow"`): what they need and no more; modules needing another extra skip
         "test": ["pytest>=7", "pytest-timeout>=2", "psutil>=5", "mypy>=1.8", "import-linter>=2.1", "networkx>=3.0",
                  "gymnasium[classic-control]>=1.0"],
