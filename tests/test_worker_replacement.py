@@ -44,14 +44,15 @@ ENVS = textwrap.dedent('''
         `once`: only the first process of the run that gets there. Inside the env, never inside a queue operation:
         an outside kill at a random moment may land in one, and rightly make every component restart."""
 
-        def __init__(self, fault, ctx, marker, once=True, at_reset=False):
+        def __init__(self, fault, ctx, marker, once=True, at_reset=False, gate=None):
             super().__init__(gym.make("CartPole-v1"))
             self.fault, self.ctx, self.marker, self.once, self.at_reset = fault, ctx, marker, once, at_reset
+            self.gate = gate  # a file the test writes when it is ready for the fault (it read the pids before)
 
         def step(self, action):
             global STEPS
             STEPS += 1
-            if STEPS == 2000 and not self.at_reset:
+            if STEPS >= 2000 and not self.at_reset and (self.gate is None or os.path.exists(self.gate)):
                 self.meet()
             return self.env.step(action)
 
@@ -114,7 +115,7 @@ ENVS = textwrap.dedent('''
         marker = os.path.join(cfg.train_dir, "faulted")
         if name == "Killed-v0":
             slow_to_remake(cfg, ctx)
-            return Fault(kill, ctx, marker)
+            return Fault(kill, ctx, marker, gate=os.path.join(cfg.train_dir, "go"))
         if name == "Hung-v0":
             return Fault(hang, ctx, marker)
         if name == "DyingInAGet-v0":
@@ -178,9 +179,10 @@ def killed_pid(fault: dict) -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_killed_rollout_worker_is_replaced_alone_and_the_run_goes_on(tmp_path):
-    proc = start(tmp_path, "--env=Killed-v0", "--train_for_env_steps=25000")  # SIGKILL at a worker's 2000th step
+    proc = start(tmp_path, "--env=Killed-v0", "--train_for_env_steps=25000")  # SIGKILL from a worker's 2000th step, once "go"
     frames = watch(tmp_path, proc, lambda s: "pids" in s, 60)
     before = read_summary(tmp_path, "r")["pids"]
+    (tmp_path / "go").touch()  # the env kills its process now that the pids before are known
     frames += watch(tmp_path, proc, lambda s: any(f["recovered_at"] for f in s.get("faults", [])), 60)
     during = read_summary(tmp_path, "r")
     frames += watch(tmp_path, proc, lambda s: False, 90)
