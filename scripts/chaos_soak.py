@@ -62,6 +62,7 @@ class RunResult:
     leftover_shm: list[str] = field(default_factory=list)
     summary_faults: list = field(default_factory=list)  # what the trainer itself recorded
     injected: list[Fault] = field(default_factory=list)
+    log: str = ""  # the trainer's console
 
 
 def components(root: psutil.Process) -> dict[str, psutil.Process]:
@@ -104,7 +105,9 @@ class Soak:
     def run(self) -> RunResult:
         shm_before = set(os.listdir("/dev/shm"))
         started = time.time()
-        proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # the console to a file, not a pipe: a pipe nobody reads fills within minutes and blocks the trainer
+        with open(os.path.join(self.train_dir, "train.log"), "w") as log:
+            proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT)
         root = psutil.Process(proc.pid)
         next_fault = started + self.args.first_fault
         deadline = started + self.args.minutes * 60 + self.args.grace
@@ -158,7 +161,6 @@ class Soak:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        self.stderr = proc.stderr.read() if proc.stderr else ""
         for p in self.stopped:  # a hung process the trainer never killed would otherwise stay stopped
             try:
                 p.send_signal(signal.SIGCONT)
@@ -174,7 +176,7 @@ class Soak:
         frames = summary.get("frames") or 0
         return RunResult(self.faults, proc.returncode, round(seconds, 1), frames, round(frames / seconds, 1),
                          summary.get("mean_return"), self.backwards, leftover, shm,
-                         summary.get("faults", []), self.injected)
+                         summary.get("faults", []), self.injected, os.path.join(self.train_dir, "train.log"))
 
 
 def leaked_shm(before: set[str]) -> list[str]:
@@ -260,7 +262,7 @@ def report_line(result: RunResult, target: float | None) -> str:
     return (f"  {result.frames:,} frames in {result.seconds:.0f} s ({result.fps:,.0f}/s), mean return "
             f"{result.mean_return}, {len(result.injected)} faults, served again after "
             f"{statistics.median(times) if times else '-'} s (median); "
-            + ("passed" if not problems else "FAILED: " + "; ".join(problems)))
+            + ("passed" if not problems else "FAILED: " + "; ".join(problems) + f" (console: {result.log})"))
 
 
 def summarize(results: list[RunResult], target: float | None, output: str) -> int:
