@@ -78,7 +78,8 @@ def test_env_exception_stops_training_with_its_traceback(tmp_path, mode):
     script = tmp_path / "exploding.py"
     script.write_text(EXPLODING)
     started = time.time()
-    result = launch.run([mode, "--num_workers=2", f"--train_dir={tmp_path}", "--train_for_seconds=60"],
+    result = launch.run([mode, "--num_workers=2", f"--train_dir={tmp_path}", "--train_for_seconds=60",
+                         "--env_fault_policy=stop"],
                      timeout=80, script=str(script), cwd=str(tmp_path))
     output = result.stdout + result.stderr
     assert result.returncode == 1
@@ -155,7 +156,8 @@ def test_interrupt_stops_every_process(tmp_path, sig, code):
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_killed_worker_process_is_reported(tmp_path):
-    proc = launch.start(["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--train_for_seconds=120"])
+    proc = launch.start(["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--train_for_seconds=120",
+                         "--env_fault_policy=stop"])
     try:
         deadline = time.time() + 30
         victim = None

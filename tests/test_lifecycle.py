@@ -165,8 +165,8 @@ def run_faulty(tmp_path, *args: str, timeout: float = 80):
 
 @pytest.mark.slow
 @pytest.mark.timeout(90)
-def test_restart_policy_keeps_training_and_counts_faults(tmp_path):
-    result, _, output = run_faulty(tmp_path, "--env=Raise-v0", "--env_fault_policy=restart", "--experiment=f",
+def test_by_default_an_env_that_raises_is_made_again_and_training_goes_on(tmp_path):
+    result, _, output = run_faulty(tmp_path, "--env=Raise-v0", "--experiment=f",
                                    "--train_for_env_steps=40000", "--experiment_summaries_interval=0.5")
     assert result.returncode == 0, output[-3000:]
     assert "simulator lost its licence server" in output
@@ -184,7 +184,8 @@ def test_restart_policy_keeps_training_and_counts_faults(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_stop_policy_exits_with_env_traceback_and_checkpoint(tmp_path):
-    result, seconds, output = run_faulty(tmp_path, "--env=Raise-v0", "--experiment=s", "--train_for_seconds=60")
+    result, seconds, output = run_faulty(tmp_path, "--env=Raise-v0", "--experiment=s", "--train_for_seconds=60",
+                                         "--env_fault_policy=stop")
     assert result.returncode == 1
     assert "simulator lost its licence server" in output
     assert seconds < 40
@@ -195,7 +196,7 @@ def test_stop_policy_exits_with_env_traceback_and_checkpoint(tmp_path):
 @pytest.mark.timeout(90)
 def test_hung_env_is_named_by_heartbeat(tmp_path):
     result, seconds, output = run_faulty(tmp_path, "--env=Hang-v0", "--experiment=h", "--heartbeat_timeout=3",
-                                         "--train_for_seconds=60")
+                                         "--train_for_seconds=60", "--env_fault_policy=stop")
     assert result.returncode == 1, output[-3000:]
     assert "no heartbeat for" in output and "its last activity: stepping envs" in output
     assert "rollout_worker_" in output
