@@ -10,7 +10,7 @@ other model, the first of its ranks sends rank 0 the model's own state (its para
 model shares, the returns normalisation of a critic) packed into one byte buffer: one point-to-point message
 per model and iteration (gloo on the CPU, NCCL between GPUs), which only the two ranks take part in. Rank 0
 keeps that copy frozen, with no optimizer; a rank that neither holds a model nor publishes drops the model's
-parameters (their storage freed) when the group starts, and never fetches them.
+state (parameters and buffers, their storage freed) when the group starts, and never fetches it.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class MeshLink:
         self.buffers: dict[str, torch.Tensor] = {}  # the hand-over's packed state, per model rank 0 lacks
         self.handover_bytes, self.handover_seconds = 0, 0.0
         self.shared_keys: list[str] = []  # the whole's state every rank trains: the observation normalisation
-        self.parameters: dict[str, list[nn.Parameter]] = {}  # placed model -> its own parameters, here
+        self.state_of: dict[str, list[torch.Tensor]] = {}  # placed model -> its own state here, maybe freed
         self.models: dict[str, ModelSlot] = {}  # the models this rank trains
 
     def mesh(self, batch_size: int, world: ModelHooks) -> RankMesh:
@@ -69,14 +69,14 @@ class MeshLink:
         self.shared_keys = [key for key, t in models[WHOLE].module.state_dict().items() if t.data_ptr() not in placed]
         for name, held in self.ranks.items():
             own = own_state(name, models)
-            self.parameters[name] = [t for t in own.values() if isinstance(t, nn.Parameter)]
+            self.state_of[name] = list(own.values())
             if self.rank in held or self.rank == PUBLISHER:
                 self.own[name] = own
             if self.rank not in held and self.rank == PUBLISHER:
-                for tensor in self.parameters[name]:
+                for tensor in own.values():
                     tensor.requires_grad_(False)
             elif self.rank not in held:
-                for tensor in self.parameters[name]:  # freed; a placeholder keeps the module's structure
+                for tensor in own.values():  # freed; an empty placeholder keeps the module's structure
                     tensor.data = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
         self.models = {name: slot for name, slot in models.items()
                        if name not in self.ranks or self.rank in self.ranks[name]}
@@ -84,12 +84,13 @@ class MeshLink:
 
     def holding(self, name: str) -> str:
         """What this rank holds of placed model `name`, read from its parameters and slots: "trains" (with an
-        optimizer), "copy" (frozen) or "nothing" (its parameters' storage freed)."""
-        parameters = self.parameters[name]
-        if not any(p.numel() for p in parameters):
+        optimizer), "copy" (frozen) or "nothing" (its state's storage freed)."""
+        state = self.state_of[name]
+        if not any(t.numel() for t in state):
             return "nothing"
         slot = self.models.get(name)
-        trains = slot is not None and slot.optimizer is not None and all(p.requires_grad for p in parameters)
+        trains = (slot is not None and slot.optimizer is not None
+                  and all(t.requires_grad for t in state if isinstance(t, nn.Parameter)))
         return "trains" if trains else "copy"
 
     def hand_over(self, whole: nn.Module) -> None:
