@@ -3,14 +3,11 @@ rank takes its share of a dataset and averages its gradients (`GroupLink`). gloo
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import logging
 import os
-import re
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -18,10 +15,10 @@ import torch.distributed as dist
 from sf_core.algo.meshes import parse_ranks
 from sf_core.config import Config
 from sf_core.learning.dataset_shares import ShareLayout, share_of
+from sf_core.learning.group.collectives import (GroupError, average_over, collective, gather_over,  # noqa: F401
+                                                 weights_digest)  # GroupError: imported from here too
+from sf_core.learning.group.meshes import MeshLink
 from sf_core.learning.group.network import ADDRESS, free_port, interface_towards
-
-if TYPE_CHECKING:
-    from sf_core.learning.group.meshes import MeshLink
 
 log = logging.getLogger("sf_core")
 
@@ -29,25 +26,6 @@ TRAIN, KEEP_WAITING, STOP = 0, 1, 2  # the kinds of command rank 0 broadcasts
 # Collectives wait this much longer than --heartbeat_timeout: a rank 0 stuck outside them (in a slot) is
 # named by the runner's heartbeat check, not by the death of a rank whose wait for it timed out first
 COLLECTIVE_GRACE_SEC = 30.0
-
-
-class GroupError(RuntimeError):
-    """A collective of the learner group failed: another rank is gone (its process or its node) or stopped
-    answering. The group cannot go on; rank 0 still saves its checkpoint."""
-
-    MARK = "learner group: "  # how the runner tells it in a component's error details
-
-
-@contextlib.contextmanager
-def collective(what: str, rank: int) -> Iterator[None]:
-    """A torch.distributed failure inside the block as a GroupError, in one line (gloo's own runs to three
-    sentences and a traceback through the SGD step that called it)."""
-    try:
-        yield
-    except RuntimeError as exc:  # torch.distributed.DistError and gloo's plain RuntimeErrors
-        first = re.sub(r"^\[[^\]]*\]\s*", "", str(exc).strip()).split(". ")[0]
-        raise GroupError(f"{GroupError.MARK}{what} failed on rank {rank}: another rank is gone or not answering "
-                         f"({first})") from None
 
 
 class Command(NamedTuple):
@@ -89,8 +67,6 @@ class GroupSpec:
             log.info("learner group: %d ranks joined (%s, %s:%d)", self.size, backend, self.address, self.port)
         link = GroupLink(rank, self.size, device, self.share_layout)
         if self.model_ranks:
-            from sf_core.learning.group.meshes import MeshLink  # it builds on this module's collectives
-
             link.mesh = MeshLink(rank, self.size, device, dict(self.model_ranks))
         return link
 
@@ -119,14 +95,6 @@ def plan_elsewhere(cfg: Config, device: str, address: str, dataset: dict[str, to
                      ShareLayout.of(share_of(dataset, 1, n)))
 
 
-def weights_digest(model: torch.nn.Module) -> torch.Tensor:
-    """The first 16 bytes of a SHA-256 of every tensor of the state (normalizers included), as 2 int64s."""
-    h = hashlib.sha256()
-    for tensor in model.state_dict().values():
-        h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return torch.frombuffer(bytearray(h.digest()[:16]), dtype=torch.int64)
-
-
 def _on_cpu(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.cpu()
@@ -135,30 +103,6 @@ def _on_cpu(value: Any) -> Any:
     if isinstance(value, list):
         return [_on_cpu(v) for v in value]
     return value
-
-
-def average_over(parameters: Iterable[torch.nn.Parameter], group: Any, size: int, rank: int) -> None:
-    """The mean gradient over the `size` ranks of `group` (None: every rank), in place: one all-reduce of every
-    gradient in one buffer."""
-    grads = [p.grad for p in parameters if p.grad is not None]
-    if not grads:
-        return
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    with collective("the all-reduce of the gradients", rank):
-        dist.all_reduce(flat, group=group)
-    flat.div_(size)
-    offset = 0
-    for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
-        offset += g.numel()
-
-
-def gather_over(tensor: torch.Tensor, group: Any, size: int, rank: int) -> list[torch.Tensor]:
-    """`tensor` from each of the `size` ranks of `group` (None: every rank), in rank order."""
-    out = [torch.empty_like(tensor) for _ in range(size)]
-    with collective("an all-gather", rank):
-        dist.all_gather(out, tensor, group=group)
-    return out
 
 
 class GroupLink:

@@ -25,7 +25,7 @@ from torch import nn
 from sf_core.algo.graph import ModelSlot
 from sf_core.algo.meshes import WHOLE, ModelHooks, RankMesh
 from sf_core.algo.normalization import RunningMeanStd
-from sf_core.learning.group.link import average_over, collective, gather_over, weights_digest
+from sf_core.learning.group.collectives import average_over, collective, gather_over, weights_digest
 
 PUBLISHER = 0  # the rank that publishes the weights and saves checkpoints
 
