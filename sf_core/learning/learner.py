@@ -116,11 +116,10 @@ class Trainer:
 
     def policy_optimizers(self) -> dict[str, torch.optim.Optimizer]:
         """The optimizers the learner's learning rate, Adam settings and PBT apply to, by model: the
-        actor-critic's, and its actor's and critic's with --split_actor_critic (those this rank trains)."""
-        mesh = self.link.mesh if self.link is not None else None
+        actor-critic's, and its actor's and critic's with --split_actor_critic (with --model_ranks, once the
+        group started: those this rank trains)."""
         return {name: slot.optimizer for name, slot in self.models.items()
-                if (name == "actor_critic" or slot.part_of == "actor_critic") and slot.optimizer is not None
-                and (mesh is None or name not in mesh.ranks or mesh.rank in mesh.ranks[name])}
+                if (name == "actor_critic" or slot.part_of == "actor_critic") and slot.optimizer is not None}
 
     def apply_hyperparams(self) -> None:
         """The current hyperparameters into the graph's context and the optimizers (after a PBT change)."""
@@ -238,11 +237,24 @@ class Learner(Component):
             "policy": self.policy,
             "rng": checkpoint.rng_state(),
             "runner": runner_state,
-            "extra_models": extra_models_state(self.trainer.models),
+            "extra_models": {**extra_models_state(self.trainer.models), **self._other_ranks_optimizers()},
             "config": dataclasses.asdict(self.cfg),  # the model's flags: another run can rebuild it (a teacher)
         }
         path = checkpoint.save(self.checkpoint_dir, state, self.cfg.keep_checkpoints, is_best)
         CHECKPOINT_SAVED.emit(self, path)
+
+    def _other_ranks_optimizers(self) -> dict[str, dict]:
+        """--model_ranks: the optimizer state of each model this rank does not train, from the model's first
+        rank (its weights are in the actor-critic's, current since the last hand-over)."""
+        if self.link is None or self.link.mesh is None:
+            return {}
+        try:
+            self.link.send_optimizers_command()
+            return {name: {"model": None, "optimizer": state}
+                    for name, state in self.link.mesh.receive_optimizers().items()}
+        except GroupError as exc:  # the checkpoint is still saved, with the moments this rank has
+            self._lose_group(exc)
+            return {}
 
     def _learning_rate(self) -> float:
         lr = self.trainer.hyperparams["learning_rate"]

@@ -39,6 +39,17 @@ def weights_digest(model: torch.nn.Module) -> torch.Tensor:
     return torch.frombuffer(bytearray(h.digest()[:16]), dtype=torch.int64)
 
 
+def on_cpu(value: Any) -> Any:
+    """An optimizer's state with its tensors in host memory: what another rank can load wherever it trains."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: on_cpu(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [on_cpu(v) for v in value]
+    return value
+
+
 def average_over(parameters: Iterable[torch.nn.Parameter], group: Any, size: int, rank: int) -> None:
     """The mean gradient over the `size` ranks of `group` (None: every rank), in place: one all-reduce of every
     gradient in one buffer."""

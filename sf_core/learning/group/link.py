@@ -16,13 +16,15 @@ from sf_core.algo.meshes import parse_ranks
 from sf_core.config import Config
 from sf_core.learning.dataset_shares import ShareLayout, share_of
 from sf_core.learning.group.collectives import (GroupError, average_over, collective, gather_over,  # noqa: F401
-                                                 weights_digest)  # GroupError: imported from here too
+                                                 on_cpu, weights_digest)  # GroupError: imported from here too
 from sf_core.learning.group.meshes import MeshLink
 from sf_core.learning.group.network import ADDRESS, free_port, interface_towards
 
 log = logging.getLogger("sf_core")
 
-TRAIN, KEEP_WAITING, STOP = 0, 1, 2  # the kinds of command rank 0 broadcasts
+# the kinds of command rank 0 broadcasts; SEND_OPTIMIZERS: --model_ranks, rank 0 saves a checkpoint and asks each
+# model's first rank for the optimizer state of a model it does not train itself
+TRAIN, KEEP_WAITING, STOP, SEND_OPTIMIZERS = 0, 1, 2, 3
 # Collectives wait this much longer than --heartbeat_timeout: a rank 0 stuck outside them (in a slot) is
 # named by the runner's heartbeat check, not by the death of a rank whose wait for it timed out first
 COLLECTIVE_GRACE_SEC = 30.0
@@ -95,16 +97,6 @@ def plan_elsewhere(cfg: Config, device: str, address: str, dataset: dict[str, to
                      ShareLayout.of(share_of(dataset, 1, n)))
 
 
-def _on_cpu(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.cpu()
-    if isinstance(value, dict):
-        return {k: _on_cpu(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_on_cpu(v) for v in value]
-    return value
-
-
 class GroupLink:
     """One rank's side of the group: its share of a dataset, and every collective the ranks make."""
 
@@ -148,7 +140,7 @@ class GroupLink:
         rank; a rank loads those of the models it trains that rank 0 trains too. Returns the graph context's
         hooks."""
         state = model.state_dict()
-        moments = [{name: _on_cpu(o.state_dict()) for name, o in optimizers.items()} if self.rank == 0 else None]
+        moments = [{name: on_cpu(o.state_dict()) for name, o in optimizers.items()} if self.rank == 0 else None]
         with collective("the broadcast of rank 0's start", self.rank):
             for tensor in state.values():
                 dist.broadcast(tensor, src=0)
@@ -186,6 +178,9 @@ class GroupLink:
 
     def send_train(self, index: int, learning_rate: float, version: int) -> None:
         self._broadcast(Command(TRAIN, index, learning_rate, version))
+
+    def send_optimizers_command(self) -> None:
+        self._broadcast(Command(SEND_OPTIMIZERS))
 
     def send_keep_waiting(self) -> None:
         self._broadcast(Command(KEEP_WAITING))

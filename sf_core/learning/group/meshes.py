@@ -9,7 +9,8 @@ training iteration it must hold every model's new parameters. A model rank 0 hol
 other model, the first of its ranks sends rank 0 the model's own state (its parameters and the buffers no other
 model shares, the returns normalisation of a critic) packed into one byte buffer: one point-to-point message
 per model and iteration (gloo on the CPU, NCCL between GPUs), which only the two ranks take part in. Rank 0
-keeps that copy frozen, with no optimizer; a rank that neither holds a model nor publishes drops the model's
+keeps that copy frozen, with no optimizer (when it saves a checkpoint it asks the model's first rank for the
+optimizer's state, so a resume goes on with every model's Adam moments); a rank that neither holds a model nor publishes drops the model's
 state (parameters and buffers, their storage freed) when the group starts, and never fetches it.
 """
 
@@ -25,7 +26,7 @@ from torch import nn
 from sf_core.algo.graph import ModelSlot
 from sf_core.algo.meshes import WHOLE, ModelHooks, RankMesh
 from sf_core.algo.normalization import RunningMeanStd
-from sf_core.learning.group.collectives import average_over, collective, gather_over, weights_digest
+from sf_core.learning.group.collectives import average_over, collective, gather_over, on_cpu, weights_digest
 
 PUBLISHER = 0  # the rank that publishes the weights and saves checkpoints
 
@@ -125,6 +126,24 @@ class MeshLink:
             return {}
         found = {"handover_bytes": float(self.handover_bytes), "handover_ms": self.handover_seconds * 1e3}
         self.handover_bytes, self.handover_seconds = 0, 0.0
+        return found
+
+    def send_optimizers(self, models: dict[str, ModelSlot]) -> None:
+        """The first rank of each model rank 0 does not train: its optimizer's state to rank 0, for a checkpoint."""
+        for name, held in sorted(self.ranks.items()):
+            if PUBLISHER not in held and self.rank == held[0]:
+                with collective(f"sending rank {PUBLISHER} the optimizer state of {name}", self.rank):
+                    dist.send_object_list([on_cpu(models[name].optimizer.state_dict())], dst=PUBLISHER)
+
+    def receive_optimizers(self) -> dict[str, dict]:
+        """Rank 0: the optimizer state of each model it does not train, from the model's first rank."""
+        found = {}
+        for name, held in sorted(self.ranks.items()):
+            if PUBLISHER not in held:
+                received: list[Any] = [None]
+                with collective(f"receiving the optimizer state of {name}", self.rank):
+                    dist.recv_object_list(received, src=held[0])
+                found[name] = received[0]
         return found
 
     def mean_stats(self, stats: dict[str, float]) -> dict[str, float]:
