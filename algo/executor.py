@@ -14,6 +14,9 @@ must issue their collectives in one order), when they follow one by one. Every t
 numbers from a generator of its own (`Context.generator`), seeded from torch's global one in the graph's
 order, and every node computes what it would alone: the results are those of sequential execution.
 
+Meshes (`mesh`, the `--model_ranks` flag, algo/meshes.py). A train_step of a model this rank does not hold is
+skipped; the others run on their model's share of the batch, with their model's collectives.
+
 Offload. A frozen model with an `offload_device` waits there between iterations (algo/offload.py): its copy to
 the device starts one generation before its first call, across datasets, and is dropped after its last call;
 `take_transfer_seconds` tells the learner how long the copies took and how much of that the calls waited for.
@@ -30,6 +33,7 @@ from typing import Any
 import torch
 
 from sf_core.algo.graph import Context, DataflowGraph, GraphError, Node
+from sf_core.algo.meshes import RankMesh
 from sf_core.algo.offload import OffloadedModel, OffloadSchedule
 
 
@@ -50,8 +54,8 @@ def train_steps_at_once(graph: DataflowGraph) -> list[list[str]]:
 
 class GraphExecutor:
     def __init__(self, graph: DataflowGraph, context: Context, overlap: bool = False,
-                 home: str | torch.device = "cpu", overlap_train_steps: bool = True):
-        self.graph, self.context, self.home = graph, context, torch.device(home)
+                 home: str | torch.device = "cpu", overlap_train_steps: bool = True, mesh: RankMesh | None = None):
+        self.graph, self.context, self.home, self.mesh = graph, context, torch.device(home), mesh
         self.overlap_train_steps = overlap and overlap_train_steps
         self.generations = graph.generations()
         widest = max((len(g) for g in self.generations), default=1)
@@ -173,6 +177,10 @@ class GraphExecutor:
         if offloaded is not None:
             offloaded.acquire()
         context = self.context
+        if self.mesh is not None and node.kind == "train_step":  # --model_ranks
+            if not self.mesh.holds(node.model):
+                return {}  # another rank's model: nothing reads its outputs (algo/meshes.py checked)
+            context, inputs = self.mesh.prepare(node, context, inputs)
         if node.name in self.generators:
             context = dataclasses.replace(context, generator=self.generators[node.name])
         with torch.no_grad() if node.kind == "inference" else contextlib.nullcontext():

@@ -95,13 +95,14 @@ def split_models(models: dict[str, ModelSlot]) -> dict[str, ModelSlot]:
 
 # the nodes ------------------------------------------------------------------------------------------------------
 def fold_obs_statistics(ctx: Context, x: Inputs) -> Inputs:
-    """The dataset's observations (those agents acted on) into the normalisation both halves read; its output,
-    the T steps' observations, is what they train on, so neither starts before the fold."""
+    """The dataset's observations (those agents acted on) into the normalisation both halves read. Its output is
+    a mark both halves read, so neither starts before the fold; they take the observations from the batch (a
+    rank of --model_ranks takes its own model's share of them, not this node's)."""
     obs = x["obs"][:-1].flatten(0, 1)
     if x["inactive"].any():
         obs = obs[~x["inactive"].flatten()]
     ctx.models[WHOLE].module.update_obs_stats(obs, ctx.gather)
-    return {"train_obs": x["obs"][:-1]}
+    return {"obs_folded": True}
 
 
 def minibatches(ctx: Context, samples: dict[str, torch.Tensor], epochs: int) -> Iterator[dict[str, torch.Tensor]]:
@@ -134,7 +135,7 @@ class ActorUpdate:
         epochs = 1 if self.update.one_epoch else p.num_epochs
         keys = ("actions", "log_prob", "advantages", "mask") + self.update.extra_keys
         totals, names, steps = None, (), 0
-        for mb in minibatches(ctx, {"obs": x["train_obs"], **{key: x[key] for key in keys}}, epochs):
+        for mb in minibatches(ctx, {"obs": x["obs"][:-1], **{key: x[key] for key in keys}}, epochs):
             with autocast(slot.device, p.mixed_precision):
                 dist_params = slot.module(mb["obs"])
             dist = slot.module.distribution(dist_params.float())
@@ -174,7 +175,7 @@ def fit_critic(ctx: Context, x: Inputs, epochs: int) -> dict[str, float]:
     mask = x["mask"]
     if critic.returns_norm is not None:
         critic.returns_norm.update(x["value_targets"][mask.bool()], ctx.gather)
-    samples = {"obs": x["train_obs"], "targets": critic.normalize_value(x["value_targets"]),
+    samples = {"obs": x["obs"][:-1], "targets": critic.normalize_value(x["value_targets"]),
                "old_values": critic.normalize_value(x["values"][:-1]), "mask": mask}
     totals, steps = None, 0
     for mb in minibatches(ctx, samples, epochs):
@@ -200,9 +201,9 @@ def split_actor_critic(algorithm: Algorithm) -> Algorithm:
         raise ConfigError(f"--split_actor_critic: the algorithm must have one minibatch SGD update of the "
                           f"actor-critic to split, it has {len(updates)}")
     update = updates[0]
-    common = ("mask", "train_obs")
+    common = ("mask", "obs", "obs_folded")
     algorithm.nodes = [node for node in algorithm.nodes if node is not update] + [
-        Node("fold_obs_statistics", "train_step", ("obs", "inactive"), ("train_obs",), fold_obs_statistics,
+        Node("fold_obs_statistics", "train_step", ("obs", "inactive"), ("obs_folded",), fold_obs_statistics,
              model=WHOLE),
         Node("actor_update", "train_step", common + ("actions", "log_prob", "advantages") + update.fn.extra_keys,
              ("actor_stats",), ActorUpdate(update.fn), model="actor"),

@@ -182,6 +182,10 @@ class Config:
     offload_models: str = flag(
         "", "learning", "Comma-separated frozen models (e.g. teacher) kept in host memory between training "
         "iterations and copied to their device ahead of their calls (on the CPU: nothing to do, a warning).")
+    model_ranks: str = flag(
+        "", "learning", "With --num_learners: the learner ranks each trained model runs on, as NAME=RANKS pairs "
+        "split by ';' (e.g. critic=0,1; actor=2-3); each model trains data-parallel on its own ranks, and rank 0 "
+        "receives the new weights of those it lacks after every dataset (docs/algorithms.md).")
     publish_every_sgd_step: bool = flag(
         False, "learning", "Send the weights to the inference workers after every SGD step, not once per dataset: "
         "samples are acted on by fresher weights (lower policy lag). Policy versions then count SGD steps, and so "

@@ -26,6 +26,7 @@ from sf_core.algo.executor import GraphExecutor
 from sf_core.algo.graph import Context, ModelSlot, build_graph
 from sf_core.algo.model import ActorCritic, ModelSpec
 from sf_core.algo.params import LearningParams
+from sf_core.algo.meshes import ModelHooks
 from sf_core.algo.placement import place_models
 from sf_core.algo.registry import AlgorithmBuilder, build_algorithm
 from sf_core.config import NUMERIC_LEARNING_FLAGS, Config
@@ -94,12 +95,16 @@ class Trainer:
             load_extra_models(self.models, state)
         self.link = link
         hooks = link.start_identical(model, self.policy_optimizers()) if link is not None else {}
+        mesh = link.mesh if link is not None else None
+        if mesh is not None:  # --model_ranks: only the models this rank trains, once every rank has rank 0's start
+            self.models = mesh.place(self.models)
         context = Context(self.models, params, on_minibatch=on_minibatch, policy_index=self.policy, **hooks)
         # a learner group's ranks share one process group for every model, so their collectives must come in one
         # order: train_steps one by one there (a group of ranks per model would lift this)
         self.executor = GraphExecutor(build_graph(algorithm.nodes, BATCH_KEYS), context,
                                       overlap=self.cfg.overlap_graph_nodes, home=self.device,
-                                      overlap_train_steps=link is None)
+                                      overlap_train_steps=link is None,
+                                      mesh=mesh.mesh(self.cfg.batch_size, ModelHooks(**hooks)) if mesh else None)
         self.apply_hyperparams()
         return version
 
@@ -109,18 +114,19 @@ class Trainer:
         batch_size = self.cfg.batch_size // self.cfg.num_learners
         return LearningParams.from_config(dataclasses.replace(self.cfg, **self.hyperparams, batch_size=batch_size))
 
-    def policy_optimizers(self) -> list:
-        """The optimizers the learner's learning rate, Adam settings and PBT apply to: the actor-critic's, and its
-        actor's and critic's with --split_actor_critic."""
-        return [slot.optimizer for name, slot in self.models.items()
-                if (name == "actor_critic" or slot.part_of == "actor_critic") and slot.optimizer is not None]
+    def policy_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """The optimizers the learner's learning rate, Adam settings and PBT apply to, by model: the
+        actor-critic's, and its actor's and critic's with --split_actor_critic (with --model_ranks, once the
+        group started: those this rank trains)."""
+        return {name: slot.optimizer for name, slot in self.models.items()
+                if (name == "actor_critic" or slot.part_of == "actor_critic") and slot.optimizer is not None}
 
     def apply_hyperparams(self) -> None:
         """The current hyperparameters into the graph's context and the optimizers (after a PBT change)."""
         assert self.executor is not None
         self.executor.context.params = self.learning_params()
         h = self.hyperparams
-        for optimizer in self.policy_optimizers():
+        for optimizer in self.policy_optimizers().values():
             for group in optimizer.param_groups:
                 group.update(lr=h["learning_rate"], eps=h["adam_eps"], betas=(h["adam_beta1"], h["adam_beta2"]))
 
@@ -140,14 +146,20 @@ class Trainer:
         assert dataset is not None
         # the dataset holds exactly the batch's rows (sf_core/contracts/sample.py): no slicing, no renaming
         batch = {key: t.to(self.device, non_blocking=True) for key, t in dataset.items()}
-        for optimizer in self.policy_optimizers():
+        for optimizer in self.policy_optimizers().values():
             for group in optimizer.param_groups:
                 group["lr"] = lr
         self.executor.context.policy_version = version
         outputs = self.executor.run(batch)
         # the graph's statistics are nested: a custom *_stats key cannot overwrite version or samples
         stats = {k: v for key, d in outputs.items() if key.endswith("_stats") for k, v in d.items()}
-        return self.link.mean_stats(stats) if self.link is not None else stats
+        if self.link is None:
+            return stats
+        stats = self.link.mean_stats(stats)
+        if self.link.mesh is not None:  # after the statistics' all-gather, so it times the copy, not a wait
+            self.link.mesh.hand_over(self.models["actor_critic"].module)
+            stats.update(self.link.mesh.take_handover())
+        return stats
 
 
 def extra_models_state(models: dict[str, ModelSlot]) -> dict[str, dict]:
@@ -225,11 +237,24 @@ class Learner(Component):
             "policy": self.policy,
             "rng": checkpoint.rng_state(),
             "runner": runner_state,
-            "extra_models": extra_models_state(self.trainer.models),
+            "extra_models": {**extra_models_state(self.trainer.models), **self._other_ranks_optimizers()},
             "config": dataclasses.asdict(self.cfg),  # the model's flags: another run can rebuild it (a teacher)
         }
         path = checkpoint.save(self.checkpoint_dir, state, self.cfg.keep_checkpoints, is_best)
         CHECKPOINT_SAVED.emit(self, path)
+
+    def _other_ranks_optimizers(self) -> dict[str, dict]:
+        """--model_ranks: the optimizer state of each model this rank does not train, from the model's first
+        rank (its weights are in the actor-critic's, current since the last hand-over)."""
+        if self.link is None or self.link.mesh is None:
+            return {}
+        try:
+            self.link.send_optimizers_command()
+            return {name: {"model": None, "optimizer": state}
+                    for name, state in self.link.mesh.receive_optimizers().items()}
+        except GroupError as exc:  # the checkpoint is still saved, with the moments this rank has
+            self._lose_group(exc)
+            return {}
 
     def _learning_rate(self) -> float:
         lr = self.trainer.hyperparams["learning_rate"]
@@ -248,7 +273,7 @@ class Learner(Component):
             return
         slot = self.trainer.models["actor_critic"]
         self.population[source].load_into(slot.module)
-        for optimizer in self.trainer.policy_optimizers():
+        for optimizer in self.trainer.policy_optimizers().values():
             optimizer.state.clear()
         self.trainer.hyperparams.update(hyperparams)
         self.trainer.apply_hyperparams()

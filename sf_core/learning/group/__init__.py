@@ -19,5 +19,7 @@ gloo on the CPU, NCCL on GPUs.
 flags       what --num_learners > 1 needs of the other flags (checked before anything starts)
 network     where the ranks meet: addresses, ports, the interface gloo and NCCL bind
 link        the collectives: joining, sharing a dataset, averaging gradients, rank 0's commands
+collectives what both kinds of group reduce and gather with, and their one-line failure (GroupError)
+meshes      --model_ranks: a process group per model, the hand-over of each model rank 0 lacks to it
 followers   ranks 1..N-1 started as processes beside the learner, and their loop
 """

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from sf_core.contracts.buffers import DatasetBuffers, SharedWeights
 from sf_core.common.process_name import name_process
 from sf_core.contracts.component import configure_process
-from sf_core.learning.group.link import STOP, TRAIN, GroupSpec
+from sf_core.learning.group.link import SEND_OPTIMIZERS, STOP, TRAIN, GroupSpec
 
 if TYPE_CHECKING:
     from sf_core.learning.learner import Trainer
@@ -58,6 +58,8 @@ def train_as_follower(rank: int, spec: GroupSpec, trainer: Trainer, datasets: Da
         if command.kind == TRAIN:
             trainer.train(datasets[command.index] if datasets is not None else None, command.learning_rate,
                           command.version)
+        if command.kind == SEND_OPTIMIZERS and link.mesh is not None:  # rank 0 saves a checkpoint
+            link.mesh.send_optimizers(trainer.models)
     link.close()
 
 

@@ -3,47 +3,31 @@ rank takes its share of a dataset and averages its gradients (`GroupLink`). gloo
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import logging
 import os
-import re
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 import torch
 import torch.distributed as dist
 
+from sf_core.algo.meshes import parse_ranks
 from sf_core.config import Config
 from sf_core.learning.dataset_shares import ShareLayout, share_of
+from sf_core.learning.group.collectives import (GroupError, average_over, collective, gather_over,  # noqa: F401
+                                                 on_cpu, weights_digest)  # GroupError: imported from here too
+from sf_core.learning.group.meshes import MeshLink
 from sf_core.learning.group.network import ADDRESS, free_port, interface_towards
 
 log = logging.getLogger("sf_core")
 
-TRAIN, KEEP_WAITING, STOP = 0, 1, 2  # the kinds of command rank 0 broadcasts
+# the kinds of command rank 0 broadcasts; SEND_OPTIMIZERS: --model_ranks, rank 0 saves a checkpoint and asks each
+# model's first rank for the optimizer state of a model it does not train itself
+TRAIN, KEEP_WAITING, STOP, SEND_OPTIMIZERS = 0, 1, 2, 3
 # Collectives wait this much longer than --heartbeat_timeout: a rank 0 stuck outside them (in a slot) is
 # named by the runner's heartbeat check, not by the death of a rank whose wait for it timed out first
 COLLECTIVE_GRACE_SEC = 30.0
-
-
-class GroupError(RuntimeError):
-    """A collective of the learner group failed: another rank is gone (its process or its node) or stopped
-    answering. The group cannot go on; rank 0 still saves its checkpoint."""
-
-    MARK = "learner group: "  # how the runner tells it in a component's error details
-
-
-@contextlib.contextmanager
-def collective(what: str, rank: int) -> Iterator[None]:
-    """A torch.distributed failure inside the block as a GroupError, in one line (gloo's own runs to three
-    sentences and a traceback through the SGD step that called it)."""
-    try:
-        yield
-    except RuntimeError as exc:  # torch.distributed.DistError and gloo's plain RuntimeErrors
-        first = re.sub(r"^\[[^\]]*\]\s*", "", str(exc).strip()).split(". ")[0]
-        raise GroupError(f"{GroupError.MARK}{what} failed on rank {rank}: another rank is gone or not answering "
-                         f"({first})") from None
 
 
 class Command(NamedTuple):
@@ -64,6 +48,8 @@ class GroupSpec:
     address: str = ADDRESS  # rank 0's: every other rank reaches it there, through its own interface towards it
     # ranks 1..N-1 run elsewhere (Ray actors): each receives its share of every dataset from rank 0, laid out so
     share_layout: ShareLayout | None = None
+    # --model_ranks: each placed model's ranks (sf_core/learning/group/meshes.py); none: every model on every rank
+    model_ranks: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def keepalive_interval(self) -> float:
         """How often an idle rank 0 tells the others to keep waiting: well within the collectives' timeout."""
@@ -81,7 +67,10 @@ class GroupSpec:
         dist.init_process_group(backend, rank=rank, world_size=self.size, timeout=timedelta(seconds=self.timeout))
         if rank == 0:
             log.info("learner group: %d ranks joined (%s, %s:%d)", self.size, backend, self.address, self.port)
-        return GroupLink(rank, self.size, device, self.share_layout)
+        link = GroupLink(rank, self.size, device, self.share_layout)
+        if self.model_ranks:
+            link.mesh = MeshLink(rank, self.size, device, dict(self.model_ranks))
+        return link
 
 
 def plan(cfg: Config, device: str) -> GroupSpec:
@@ -95,7 +84,8 @@ def plan(cfg: Config, device: str) -> GroupSpec:
             raise ValueError(f"--num_learners={n} on {device} needs {n} GPUs from cuda:{first} on (one per rank), "
                              f"but this machine has {available}")
         devices = (device,) + tuple(f"cuda:{first + r}" for r in range(1, n))
-    return GroupSpec(n, free_port(), cfg.heartbeat_timeout + COLLECTIVE_GRACE_SEC, devices)
+    return GroupSpec(n, free_port(), cfg.heartbeat_timeout + COLLECTIVE_GRACE_SEC, devices,
+                     model_ranks=tuple(parse_ranks(cfg.model_ranks).items()))
 
 
 def plan_elsewhere(cfg: Config, device: str, address: str, dataset: dict[str, torch.Tensor]) -> GroupSpec:
@@ -107,24 +97,6 @@ def plan_elsewhere(cfg: Config, device: str, address: str, dataset: dict[str, to
                      ShareLayout.of(share_of(dataset, 1, n)))
 
 
-def weights_digest(model: torch.nn.Module) -> torch.Tensor:
-    """The first 16 bytes of a SHA-256 of every tensor of the state (normalizers included), as 2 int64s."""
-    h = hashlib.sha256()
-    for tensor in model.state_dict().values():
-        h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return torch.frombuffer(bytearray(h.digest()[:16]), dtype=torch.int64)
-
-
-def _on_cpu(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.cpu()
-    if isinstance(value, dict):
-        return {k: _on_cpu(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_on_cpu(v) for v in value]
-    return value
-
-
 class GroupLink:
     """One rank's side of the group: its share of a dataset, and every collective the ranks make."""
 
@@ -132,10 +104,15 @@ class GroupLink:
         self.rank, self.size, self.device, self.layout = rank, size, device, share_layout
         self.buffers: list[torch.Tensor] = []  # ranks elsewhere: rank 0's outgoing shares, or this rank's incoming
         self.model: torch.nn.Module | None = None
+        self.mesh: MeshLink | None = None  # --model_ranks
 
     def share(self, dataset: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
         """This rank's contiguous 1/N of the trajectories: views of the shared dataset, or, for ranks elsewhere,
-        sent by rank 0 (which passes the whole dataset; the others pass None and receive theirs)."""
+        sent by rank 0 (which passes the whole dataset; the others pass None and receive theirs). With
+        --model_ranks: the whole dataset, of which each train_step takes its model's share."""
+        if self.mesh is not None:
+            assert dataset is not None
+            return dataset
         if self.layout is None:
             assert dataset is not None
             return share_of(dataset, self.rank, self.size)
@@ -157,20 +134,22 @@ class GroupLink:
                 send.wait()
         return share_of(dataset, 0, self.size)
 
-    def start_identical(self, model: torch.nn.Module, optimizers: list[Any]) -> dict[str, Any]:
+    def start_identical(self, model: torch.nn.Module, optimizers: dict[str, Any]) -> dict[str, Any]:
         """Rank 0's weights (normalizers included) and the state of the optimizers that train them (a resumed
-        run's; the actor-critic's, or its actor's and critic's with --split_actor_critic) to every rank; returns
-        the graph context's hooks."""
+        run's; the actor-critic's, or its actor's and critic's with --split_actor_critic), by model, to every
+        rank; a rank loads those of the models it trains that rank 0 trains too. Returns the graph context's
+        hooks."""
         state = model.state_dict()
-        moments = [[_on_cpu(optimizer.state_dict()) for optimizer in optimizers] if self.rank == 0 else None]
+        moments = [{name: on_cpu(o.state_dict()) for name, o in optimizers.items()} if self.rank == 0 else None]
         with collective("the broadcast of rank 0's start", self.rank):
             for tensor in state.values():
                 dist.broadcast(tensor, src=0)
             dist.broadcast_object_list(moments, src=0)
         model.load_state_dict(state)  # in place already; this clears the normalizers' cached float32 copies
         if self.rank != 0:
-            for optimizer, saved in zip(optimizers, moments[0]):
-                optimizer.load_state_dict(saved)
+            for name, optimizer in optimizers.items():
+                if name in moments[0]:
+                    optimizer.load_state_dict(moments[0][name])
         self.model = model
         return {"average_gradients": self.average_gradients, "gather": self.gather}
 
@@ -181,29 +160,17 @@ class GroupLink:
         never forward(), and DDP prepares its gradient reducer in forward(); a wrapper would also change
         the module every node and checkpoint sees. The all-reduce gives every rank the same sum, divided
         the same way, so every rank clips and steps identically."""
-        grads = [p.grad for p in parameters if p.grad is not None]
-        if not grads:
-            return
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        with collective("the all-reduce of the gradients", self.rank):
-            dist.all_reduce(flat)
-        flat.div_(self.size)
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
+        average_over(parameters, None, self.size, self.rank)
 
     def gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         """`tensor` (same shape and dtype on every rank) from every rank, in rank order."""
-        tensor = tensor.to(self.device)
-        out = [torch.empty_like(tensor) for _ in range(self.size)]
-        with collective("an all-gather", self.rank):
-            dist.all_gather(out, tensor)
-        return out
+        return gather_over(tensor.to(self.device), None, self.size, self.rank)
 
     def mean_stats(self, stats: dict[str, float]) -> dict[str, float]:
         """Each statistic over the ranks' shares: the mean, or the largest for a *_max. The iteration's last
         collective: once rank 0 has it, no rank reads the dataset, and the batcher may refill it."""
+        if self.mesh is not None:
+            return self.mesh.mean_stats(stats)
         keys = sorted(stats)
         values = torch.stack(self.gather(torch.tensor([float(stats[k]) for k in keys], dtype=torch.float64)))
         return {k: float(values[:, i].max() if k.endswith("_max") else values[:, i].mean())
@@ -211,6 +178,9 @@ class GroupLink:
 
     def send_train(self, index: int, learning_rate: float, version: int) -> None:
         self._broadcast(Command(TRAIN, index, learning_rate, version))
+
+    def send_optimizers_command(self) -> None:
+        self._broadcast(Command(SEND_OPTIMIZERS))
 
     def send_keep_waiting(self) -> None:
         self._broadcast(Command(KEEP_WAITING))
@@ -233,7 +203,10 @@ class GroupLink:
         try:
             if self.rank == 0:
                 self._broadcast(Command(STOP))
-            if self.model is not None:
+            if self.model is not None and self.mesh is not None:
+                for line in self.mesh.compare(self.model):
+                    log.info(line)
+            elif self.model is not None:
                 self._compare_weights(self.model)
             dist.destroy_process_group()
         except RuntimeError as exc:  # GroupError, or destroy's own

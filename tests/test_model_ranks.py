@@ -1,0 +1,246 @@
+"""--model_ranks: each model trains on its own learner ranks. The placement parses and is refused with one clear
+message; four ranks (critic on 0, 1; actor on 2, 3) train as one learner with the whole batch would, rank 0
+ends with every model's new weights, and no rank holds a model it was not given; end to end they solve
+CartPole."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import time
+
+import psutil
+import pytest
+import torch
+
+from sf_core.algo.graph import Context, Node
+from sf_core.algo.meshes import ModelHooks, RankMesh, check_model_ranks, parse_ranks
+from sf_core.algo.params import LearningParams
+from sf_core.algo.registry import algorithm_builder, build_algorithm
+from sf_core.cli.arguments import parse_args
+from sf_core.config import Config, ConfigError
+from sf_core.learning.group.link import SEND_OPTIMIZERS, STOP, TRAIN, GroupSpec
+from sf_core.learning.group.network import ADDRESS, free_port
+from tests import launch
+from tests.helpers import read_summary
+from tests.test_learner_group import LEARNING_RATE, datasets, initial_weights, small_config, trainer
+
+PLACEMENT = "critic=0,1; actor=2,3"
+
+
+# ------------------------------------------------------------------------------------------ the placement
+
+def test_the_placement_parses_names_ranks_and_ranges():
+    assert parse_ranks("critic=0,1; actor=2-3") == {"critic": (0, 1), "actor": (2, 3)}
+    assert parse_ranks("actor=3,0-1") == {"actor": (0, 1, 3)}
+    assert parse_ranks("") == {}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("critic", "--model_ranks: 'critic' is not NAME=RANKS (e.g. critic=0,1; actor=2,3)"),
+    ("critic=", "--model_ranks: model 'critic' has no rank (give it at least one: critic=0)"),
+    ("critic=0,x", "--model_ranks: critic=0,x: 'x' is not a rank (N) or a range of ranks (A-B)"),
+    ("critic=0,0-1", "--model_ranks: critic=0,0-1 names a rank twice"),
+    ("critic=0; critic=1", "--model_ranks: 'critic' is named twice"),
+])
+def test_a_malformed_placement_is_one_clear_error(text, message):
+    with pytest.raises(ConfigError) as err:
+        parse_ranks(text)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--num_learners=4", "--model_ranks=critic=0,1; actor=2,4"],
+     "--model_ranks: actor is given rank 4, out of range: --num_learners=4 has ranks 0..3"),
+    (["--model_ranks=critic=0"], "--model_ranks places models on the ranks of a learner group: it needs "
+                                 "--num_learners > 1"),
+    (["--num_learners=4", "--model_ranks=critic=0,1; actor=2"], "--model_ranks: rank 3 holds no model"),
+    (["--num_learners=4", f"--model_ranks={PLACEMENT}", "--publish_every_sgd_step=True"],
+     "--model_ranks hands a model's weights to rank 0 once per dataset; not with --publish_every_sgd_step=True"),
+    (["--num_learners=4", "--model_ranks=critic=0-2; actor=3", "--batch_size=32", "--num_batches_per_epoch=4",
+      "--rollout=8"], "--model_ranks: critic's 3 ranks must divide the dataset's 16 trajectories"),
+])
+def test_what_the_placement_needs_of_the_other_flags(flags, message):
+    with pytest.raises(ConfigError) as err:
+        parse_args(["--env=CartPole-v1", "--split_actor_critic=True", *flags])
+    assert message in str(err.value)
+
+
+def graph_nodes(**flags) -> list[Node]:
+    cfg = Config(env="CartPole-v1", algo="APPO", split_actor_critic=True, **flags)
+    return build_algorithm(algorithm_builder(cfg.algo), LearningParams.from_config(cfg)).nodes
+
+
+@pytest.mark.parametrize("placement, flags, message", [
+    ("critic=0,1; actr=2,3", {}, "--model_ranks: --algo=APPO trains no model 'actr' (its models besides "
+                                 "actor_critic: actor, critic)"),
+    ("critic=0,1,2,3", {}, "--model_ranks: model 'actor' has no rank: name every model --algo=APPO trains"),
+    ("actor_critic=0,1; critic=2,3", {}, "--model_ranks: actor_critic is trained on every rank"),
+    ("critic=0,1; actor=2,3", {"split_actor_critic": False},
+     "--model_ranks: --algo=APPO trains no model 'critic' (it trains no model besides actor_critic "
+     "(--split_actor_critic=True makes the actor and the critic two))"),
+    ("critic=0,1; actor=2,3", {"with_vtrace": True}, "--model_ranks: node 'recompute' calls the whole actor_critic"),
+])
+def test_a_placement_the_graph_cannot_run_is_refused(placement, flags, message):
+    cfg = Config(env="CartPole-v1", algo="APPO", num_learners=4, model_ranks=placement,
+                 **{"split_actor_critic": True, **flags})
+    nodes = build_algorithm(algorithm_builder(cfg.algo), LearningParams.from_config(cfg)).nodes
+    with pytest.raises(ConfigError) as err:
+        check_model_ranks(cfg, nodes)
+    assert message in str(err.value)
+    check_model_ranks(dataclasses.replace(cfg, model_ranks="critic=0,1; actor=2,3", split_actor_critic=True,
+                                          with_vtrace=False), graph_nodes())  # the placement it should be
+
+
+def test_a_train_step_takes_its_models_share_and_collectives():
+    def world(parameters):
+        return None
+
+    def critics(parameters):
+        return None
+
+    mesh = RankMesh(rank=1, size=4, ranks={"critic": (0, 1), "actor": (2, 3)}, batch_size=32,
+                    hooks={"actor_critic": ModelHooks(world, list), "critic": ModelHooks(critics, list)})
+    assert mesh.holds("critic") and not mesh.holds("actor") and mesh.holds("actor_critic")
+    context = Context({}, LearningParams.from_config(Config(env="x", batch_size=8)))
+    x = {"obs": torch.arange(3 * 8).view(3, 8), "version": torch.tensor(5), "flag": True}
+    node = Node("critic_update", "train_step", ("obs",), ("critic_stats",), lambda c, x: {}, model="critic")
+    ctx, share = mesh.prepare(node, context, x)
+    assert torch.equal(share["obs"], x["obs"][:, 4:]) and share["version"] is x["version"] and share["flag"]
+    assert ctx.params.batch_size == 16 and ctx.average_gradients is critics
+    fold = Node("fold", "train_step", ("obs",), ("f",), lambda c, x: {}, model="actor_critic")
+    ctx, share = mesh.prepare(fold, context, x)
+    assert torch.equal(share["obs"], x["obs"][:, 2:4]) and ctx.params.batch_size == 8
+    assert ctx.average_gradients is world
+
+
+# ------------------------------------------------------------------------------------------ four ranks
+
+def run_mesh_rank(rank: int, spec: GroupSpec, cfg: Config, data: list, weights, out: str) -> None:
+    """One rank of the group, as the learner (rank 0) and its followers train (tests/test_learner_group.py's
+    `run_rank`); it saves the whole actor-critic's state as this rank holds it, and the models it trains."""
+    torch.set_num_threads(1)
+    link = spec.join(rank)
+    t = trainer(cfg)
+    t.build(weights, None, link=link)
+    stats = []
+    for index in range(len(data)):
+        if rank == 0:
+            link.send_train(index, LEARNING_RATE, 0)
+        else:
+            assert link.receive().kind == TRAIN
+        torch.manual_seed(11)
+        stats.append(t.train(data[index], LEARNING_RATE, 0))
+    trains = sorted(name for name, slot in t.models.items() if slot.optimizer is not None)
+    optimizers = {name: slot.optimizer.state_dict() for name, slot in t.models.items() if name != "actor_critic"}
+    if rank == 0:  # as for a checkpoint: the optimizer states of the models rank 0 does not train
+        link.send_optimizers_command()
+        optimizers.update(link.mesh.receive_optimizers())
+    else:
+        assert link.receive().kind == SEND_OPTIMIZERS
+        link.mesh.send_optimizers(t.models)
+    torch.save({"state": t.models["actor_critic"].module.state_dict(), "stats": stats, "trains": trains,
+                "optimizers": optimizers}, out)
+    if rank > 0:
+        assert link.receive().kind == STOP
+    link.close()
+
+
+@pytest.mark.slow  # starts four processes
+@pytest.mark.timeout(120)
+def test_each_model_trains_on_its_own_ranks_as_one_learner_would_and_rank_0_ends_with_all(tmp_path):
+    cfg = small_config(split_actor_critic=True)
+    data, weights = datasets(cfg, 0), initial_weights(cfg)
+    single = trainer(cfg)  # one learner, the whole batch: first, so the forked ranks find torch warmed up
+    single.build(weights, None)
+    for d in data:
+        torch.manual_seed(11)
+        single.train(d, LEARNING_RATE, 0)
+    reference = single.models["actor_critic"].module.state_dict()
+
+    spec = GroupSpec(4, free_port(), timeout=60.0, devices=("cpu",) * 4, address=ADDRESS,
+                     model_ranks=tuple(parse_ranks(PLACEMENT).items()))
+    outs = [str(tmp_path / f"rank_{r}.pt") for r in range(4)]
+    group_cfg = dataclasses.replace(cfg, num_learners=4, model_ranks=PLACEMENT)
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=run_mesh_rank, args=(r, spec, group_cfg, data, weights, outs[r]), daemon=True)
+             for r in range(4)]
+    for p in procs:
+        p.start()
+    try:
+        for p in procs:
+            p.join(timeout=120)
+        assert [p.exitcode for p in procs] == [0] * 4
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+    ranks = [torch.load(out, weights_only=True) for out in outs]
+    assert [r["trains"] for r in ranks] == [["actor_critic", "critic"]] * 2 + [["actor", "actor_critic"]] * 2
+    actor = [k for k in reference if k.startswith(("actor.", "action_head."))]
+    critic = [k for k in reference if k.startswith(("critic.", "value_head.", "returns_norm."))]
+    assert actor and critic
+    # rank 0 publishes: after the hand-over it holds both models' new weights, those one learner trains
+    assert max((reference[k].double() - ranks[0]["state"][k].double()).abs().max().item() for k in reference) < 1e-5
+    assert max((reference[k] - single_start(weights)[k]).abs().max().item() for k in actor + critic) > 1e-3
+    for name, own, others in (("critic", (0, 1), (2, 3)), ("actor", (2, 3), (1,))):
+        keys = critic if name == "critic" else actor
+        for k in keys:  # a model's ranks agree bit for bit, and rank 0's copy is theirs
+            assert all(torch.equal(ranks[own[0]]["state"][k], ranks[r]["state"][k]) for r in own + (0,)), k
+            assert all(ranks[r]["state"][k].numel() == 0 for r in others), k  # dropped: no copy kept
+    for k in reference:
+        if k not in actor + critic:  # the observation normalisation: every rank's, identical
+            assert all(torch.equal(ranks[0]["state"][k], r["state"][k]) for r in ranks), k
+    assert all(s["handover_bytes"] == 4 * sum(reference[k].numel() for k in actor) for s in ranks[0]["stats"])
+    # for its checkpoint rank 0 receives the actor's Adam moments, which only ranks 2 and 3 keep
+    moments = [ranks[r]["optimizers"]["actor"]["state"] for r in (0, 2, 3)]
+    assert moments[0] and all(torch.equal(moments[0][i]["exp_avg_sq"], m[i]["exp_avg_sq"])
+                              for m in moments[1:] for i in moments[0])
+    assert "actor" not in ranks[1]["optimizers"] and "critic" not in ranks[2]["optimizers"]
+
+
+def single_start(weights) -> dict[str, torch.Tensor]:
+    return {name: t.clone() for name, t in weights.tensors.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_cartpole_solved_by_a_critic_on_ranks_0_1_and_an_actor_on_ranks_2_3(tmp_path):
+    log_path = tmp_path / "train.log"
+    with open(log_path, "w") as log:
+        proc = launch.start([f"--train_dir={tmp_path}", "--experiment=exp", "--env=CartPole-v1", "--num_learners=4",
+                             "--split_actor_critic=True", f"--model_ranks={PLACEMENT}", "--num_workers=2",
+                             "--seed=2", "--target_mean_return=200", "--train_for_seconds=60",
+                             "--train_for_env_steps=10000000"], output=log)
+    descendants: dict[int, psutil.Process] = {}
+    deadline = time.time() + 80
+    try:
+        while proc.poll() is None and time.time() < deadline:
+            try:
+                descendants.update((p.pid, p) for p in psutil.Process(proc.pid).children(recursive=True))
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.5)
+        proc.wait(timeout=max(1.0, deadline - time.time()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    output = log_path.read_text()
+    assert proc.returncode == 0, output[-3000:]
+    summary = read_summary(tmp_path)
+    assert summary["time_to_target"] is not None and summary["mean_return_at_target"] >= 200.0, summary
+    stats = summary["final_learner_stats"]
+    assert stats["handover_bytes"] > 0 and "actor_grad_norm" in stats and "critic_grad_norm" in stats
+    # each model's ranks agree at stop, rank 0's copy of the actor with them; no rank holds a model not given it
+    for line in ("actor_critic (shared state) identical on ranks 0, 1, 2, 3",
+                 "actor identical on ranks 2, 3 and rank 0's copy", "critic identical on ranks 0, 1",
+                 "rank 0 trains critic; a frozen copy of actor\n", "rank 1 trains critic; nothing of actor\n",
+                 "rank 2 trains actor; nothing of critic\n", "rank 3 trains actor; nothing of critic\n"):
+        assert f"learner group: {line}" in output, line
+    # the checkpoint rank 0 saved holds both models' Adam moments, the actor's fetched from rank 2
+    saved = torch.load(summary["last_checkpoint"], map_location="cpu", weights_only=False)["extra_models"]
+    assert saved["actor"]["optimizer"]["state"] and saved["critic"]["optimizer"]["state"]
+    _, alive = psutil.wait_procs(list(descendants.values()), timeout=10)
+    assert not alive, [p.pid for p in alive]
