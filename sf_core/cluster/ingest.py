@@ -156,7 +156,11 @@ class ShardIngest(Component):
 
     def _place_starts(self) -> None:
         """Start the replacements that have room now; say which found none (they wait)."""
-        for start in self.starts.place(time.monotonic()):
+        begun, waiting = self.starts.place(time.monotonic())
+        for start, strategy in begun:
+            log.info("sampler %d (start %d) starting %s", start.index, start.incarnation,
+                     "on a node with room" if strategy == "SPREAD" else "in its placement bundle")
+        for start in waiting:
             log.warning("sampler %d's replacement waits for a Ray node with room for it (--sampler_cpus=%g); "
                         "training goes on with %d of %d samplers", start.index, self.cfg.sampler_cpus,
                         len(self.samplers), self.count)

@@ -71,24 +71,25 @@ class SamplerStarts:
         self.waiting.append(start)
         self.checked_at = 0.0  # look for room at the next chance, not a second later
 
-    def place(self, now: float) -> list[Start]:
-        """Begin each waiting start that has room now (at most every ROOM_CHECK_SEC); returns those that found
-        none for the first time."""
+    def place(self, now: float) -> tuple[list[tuple[Start, Any]], list[Start]]:
+        """Begin each waiting start that has room now (at most every ROOM_CHECK_SEC); returns those begun, with
+        their strategies, and those that found no room for the first time."""
         if not self.waiting or now - self.checked_at < ROOM_CHECK_SEC:
-            return []
+            return [], []
         self.checked_at = now
         strategies = self.room([start.index for start in self.waiting])
-        newly_waiting, still = [], []
+        begun, newly_waiting, still = [], [], []
         for start, strategy in zip(self.waiting, strategies):
             if strategy is not None:
                 self.begin(start, strategy)
+                begun.append((start, strategy))
                 continue
             if start.waiting_since is None:
                 start.waiting_since = now
                 newly_waiting.append(start)
             still.append(start)
         self.waiting = still
-        return newly_waiting
+        return begun, newly_waiting
 
     def take_answers(self) -> list[tuple[Start, Future]]:
         """Answers of starts still under way (a start given up already is left out)."""
