@@ -103,9 +103,10 @@ def reap(processes: set, timeout: float = 2.0) -> list[int]:
 
 def read_progress(summary_path: str) -> dict:
     """From the run's running summary: its frames, how many nodes have sampled, its mean return, how many
-    replacement samplers (later incarnations) have sampled, and whether one has waited for room. A node has sampled once its frames are counted:
-    a shard counts the frames of the rollout reports that came with it, and a sampler's first shard may
-    come before its workers' first report (a node in node_frames with 0 frames)."""
+    replacement samplers (later incarnations) have sampled, and whether one has waited for room. A node has
+    sampled once its frames are counted: a shard counts the frames of the rollout reports that came with it,
+    and a sampler's first shard may come before its workers' first report (a node in node_frames with 0
+    frames)."""
     try:
         with open(summary_path) as f:
             summary = json.load(f)

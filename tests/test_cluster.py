@@ -74,9 +74,9 @@ def test_two_nodes_solve_cartpole_with_one_node_killed_and_regain_its_sampler_wh
     """Each sampler reserves 2 CPUs: once the second node is killed, the head (3 CPUs, 2 of them its own
     sampler's) has no room for the lost sampler's replacement, which waits while training goes on with the
     head's sampler. A new node joins once the replacement waits (or 10 s after the kill, for a trainer that
-    would not say so) and the replacement starts there. The run goes on until it has
-    solved CartPole and the replacement has sampled; then the user stops it (SIGTERM). Stopping at the target
-    instead would race the replacement's start, which a busy machine can delay past the solve."""
+    would not say so) and the replacement starts there. The run goes on until it has solved CartPole and the
+    replacement has sampled; then the user stops it (SIGTERM). Stopping at the target instead would race the
+    replacement's start, which a busy machine can delay past the solve."""
     result, summary = on_two_nodes(tmp_path, "--env=CartPole-v1", "--num_samplers=2", "--num_workers=1",
                                    "--serial_mode=True", "--train_for_seconds=150", "--train_for_env_steps=1000000",
                                    "--seed=1", "--sampler_cpus=2",

@@ -1,6 +1,6 @@
 """What the driver knows of the cluster: frames per node and per sampler, every sampler lost, waiting for room
-or started, how many are live, and where the learner ranks run. Shown in the console line, TensorBoard (cluster/...) and training_summary.json's
-"cluster" section."""
+or started, how many are live, and where the learner ranks run. Shown in the console line, TensorBoard
+(cluster/...) and training_summary.json's "cluster" section."""
 
 from __future__ import annotations
 

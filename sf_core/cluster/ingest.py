@@ -37,7 +37,7 @@ from typing import Any
 from sf_core.cluster import placement
 from sf_core.cluster.learner_ranks import RemoteRanks, failure_message
 from sf_core.cluster.sampler import STOP_GRACE_SEC, SamplerSpec
-from sf_core.cluster.sampler_starts import START_TIMEOUT_SEC, SamplerStarts, Start
+from sf_core.cluster.sampler_starts import START_TIMEOUT_SEC, WAIT_REPORT_SEC, SamplerStarts, Start
 from sf_core.cluster.shards import Shard, copy_into
 from sf_core.config import Config
 from sf_core.contracts.buffers import DatasetBuffers, SharedWeights
@@ -158,12 +158,13 @@ class ShardIngest(Component):
         """Start the replacements that have room now; say which found none (they wait)."""
         begun, waiting = self.starts.place(time.monotonic())
         for start, strategy in begun:
-            log.info("sampler %d (start %d) starting %s", start.index, start.incarnation,
-                     "on a node with room" if strategy == "SPREAD" else "in its placement bundle")
+            log.info("sampler %d (start %d) starting %s%s", start.index, start.incarnation,
+                     "on a node with room" if strategy == "SPREAD" else "in its placement bundle",
+                     f", after {time.monotonic() - start.wanted_at:.0f}s waiting for room" if start.reported else "")
         for start in waiting:
-            log.warning("sampler %d's replacement waits for a Ray node with room for it (--sampler_cpus=%g); "
-                        "training goes on with %d of %d samplers", start.index, self.cfg.sampler_cpus,
-                        len(self.samplers), self.count)
+            log.warning("sampler %d's replacement waits for a Ray node with room for it (--sampler_cpus=%g): "
+                        "none has had any for %.0fs; training goes on with %d of %d samplers", start.index,
+                        self.cfg.sampler_cpus, WAIT_REPORT_SEC, len(self.samplers), self.count)
             REPORT.emit(self, SamplerReport(start.index, start.incarnation, "", 0, "waiting", "no node has room"))
 
     # ---------------------------------------------------------------- asking and taking
@@ -368,9 +369,11 @@ class ShardIngest(Component):
         self.stopped = True
         if self.ranks is not None:
             self.ranks.stop()
-        handles = [s.handle for s in self.samplers] + self.starts.handles()
-        if handles:
-            placement.stop_samplers(handles, STOP_TIMEOUT_SEC)
+        # a start under way is ended at once: its stop call would wait for its constructor (seconds, tens on a
+        # busy machine), and the runner gives this process less than that
+        placement.end_actors(self.starts.handles(), [], timeout=0.0)
+        if self.samplers:
+            placement.stop_samplers([s.handle for s in self.samplers], STOP_TIMEOUT_SEC)
         if ray.is_initialized():
             ray.shutdown()
         self.stop_loop()

@@ -23,6 +23,9 @@ ROOM_CHECK_SEC = 1.0  # how often a waiting replacement looks for room (two GCS 
 # be unable to start it (Ray queues an actor for ever), or its constructor hangs. Building a node's pipeline
 # takes seconds (tens on a busy machine).
 START_TIMEOUT_SEC = 120.0
+# A replacement is said to wait (the console, the summary's events) once it has found no room for this long:
+# Ray's view of free resources lags by up to a second, so a bundle just freed by a dead process looks taken
+WAIT_REPORT_SEC = 3.0
 WAIT_LOG_SEC = 30.0  # how often the console repeats that a replacement still waits
 
 
@@ -34,7 +37,8 @@ class Start:
     handle: Any = None  # the actor, once created; None while it waits for room
     created_at: float = 0.0
     versions: list[int] = field(default_factory=list)  # each policy's weights version it was created with
-    waiting_since: float | None = None  # when it found no room (reported once)
+    waiting_since: float | None = None  # when it first found no room
+    reported: bool = False  # said to wait (once it has for WAIT_REPORT_SEC)
     logged_at: float = 0.0
 
 
@@ -73,7 +77,7 @@ class SamplerStarts:
 
     def place(self, now: float) -> tuple[list[tuple[Start, Any]], list[Start]]:
         """Begin each waiting start that has room now (at most every ROOM_CHECK_SEC); returns those begun, with
-        their strategies, and those that found no room for the first time."""
+        their strategies, and those that have now found no room for WAIT_REPORT_SEC."""
         if not self.waiting or now - self.checked_at < ROOM_CHECK_SEC:
             return [], []
         self.checked_at = now
@@ -86,6 +90,8 @@ class SamplerStarts:
                 continue
             if start.waiting_since is None:
                 start.waiting_since = now
+            if not start.reported and now - start.waiting_since >= WAIT_REPORT_SEC:
+                start.reported = True
                 newly_waiting.append(start)
             still.append(start)
         self.waiting = still
@@ -109,7 +115,7 @@ class SamplerStarts:
 
     def still_waiting(self, now: float) -> list[Start]:
         """Waiting starts not mentioned for WAIT_LOG_SEC (each is mentioned again)."""
-        due = [s for s in self.waiting if s.waiting_since is not None and now - max(s.logged_at, s.waiting_since)
+        due = [s for s in self.waiting if s.reported and now - max(s.logged_at, s.waiting_since or now)
                >= WAIT_LOG_SEC]
         for start in due:
             start.logged_at = now
