@@ -329,3 +329,22 @@ def test_a_sampler_returns_small_shards_in_the_reply_and_large_ones_through_the_
     proc = launch.run_isolated([], 90, script=str(probe))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split()[-2:] == ["0", "1"], proc.stdout + proc.stderr[-2000:]
+
+
+def test_the_cluster_stats_count_live_samplers_waits_and_the_fewest_live_after_a_loss():
+    """What the console, TensorBoard and the summary show of a lost sampler whose replacement waited for room:
+    live counts a start once it answered, not while it waits."""
+    from sf_core.cluster.cluster_stats import ClusterStats
+    from sf_core.contracts.signals import SamplerReport
+
+    stats = ClusterStats()
+    for index in range(2):
+        stats.add(SamplerReport(index, 0, f"node{index}", 0, "started", versions=(0,)))
+    stats.add(SamplerReport(1, 0, "node1", 0, "lost", "the actor's node was terminated"))
+    stats.add(SamplerReport(1, 1, "", 0, "waiting", "no node has room"))
+    assert "samplers 1/2 live, sampler restarts 0" in stats.line()
+    stats.add(SamplerReport(1, 1, "node2", 0, "started", versions=(7,)))
+    summary = stats.summary()
+    assert (summary["live_samplers"], summary["fewest_live_samplers"], summary["sampler_restarts"]) == (2, 1, 1)
+    assert [(e["event"], e["incarnation"], e["node"]) for e in summary["events"]] == [
+        ("lost", 0, "node1"), ("waiting", 1, ""), ("started", 1, "node2")]
