@@ -17,11 +17,12 @@ each batch_consumed (the learner has just published new weights) sends the weigh
 keeps the heartbeat, gives up calls Ray never answers, and notices silence. Polling, at 50 Hz, took a
 tenth of a core and woke Ray's daemons hundreds of times a second (docs/distributed.md, "Measured").
 
-A sampler that raises, whose process or node dies, or whose shard's object is lost, is dropped with the
-shards it had in flight (whole datasets: no trajectory mixes rows of two starts) and a new one is started
-with the newest weights, up to --max_sampler_restarts, as soon as some node has room for it (it waits for
-one otherwise: sf_core/cluster/sampler_starts.py). A sampler is asked for shards once it has answered.
-Training goes on with the others meanwhile. If no shard arrives for --heartbeat_timeout seconds, or the
+A sampler that raises, whose process or node dies, whose shard's object is lost, or that answers no call for
+--heartbeat_timeout seconds (a hung process, or a node cut off), is dropped with the shards it had in flight
+(whole datasets: no trajectory mixes rows of two starts) and a new one is started with the newest weights,
+up to --max_sampler_restarts, as soon as some node has room for it (it waits for one otherwise:
+sf_core/cluster/sampler_starts.py). A sampler is asked for shards once it has answered. Training goes on
+with the others meanwhile. If no shard arrives for --heartbeat_timeout seconds, or the
 cluster is gone, the run stops with that message (the learner saves a checkpoint on the way down).
 """
 
@@ -68,6 +69,7 @@ class SamplerState:
     node: str = "?"
     weights_calls: dict[int, Future] = field(default_factory=dict)  # per policy: the set_weights call under way
     weights_sent: list[int] = field(default_factory=list)  # per policy: the newest version sent
+    answered_at: float = field(default_factory=time.monotonic)  # its last answer (or the last tick with no call)
 
 
 class PolicyPort(EventLoopObject):
@@ -218,6 +220,7 @@ class ShardIngest(Component):
     def _take(self, s: SamplerState, ref: Any, answer: Future) -> None:
         if s.asked.pop(ref, None) is None or s not in self.samplers:
             return  # given up already, or a late answer of a sampler already replaced
+        s.answered_at = time.monotonic()
         try:
             shard = answer.result(timeout=0)
         except placement.lost_errors() as exc:
@@ -273,7 +276,13 @@ class ShardIngest(Component):
             return
         self.beat("taking shards")
         now = time.monotonic()
-        for s in self.samplers:
+        for s in list(self.samplers):
+            if not s.asked:
+                s.answered_at = now  # nothing asked of it: its silence says nothing
+            elif now - s.answered_at > self.cfg.heartbeat_timeout:  # each call answers within seconds
+                self._replace(s, TimeoutError(f"it answered no call for {now - s.answered_at:.0f}s "
+                                              f"(--heartbeat_timeout): hung, or its node cut off"))
+                continue
             for ref, asked_at in list(s.asked.items()):
                 if now - asked_at > UNANSWERED_SEC:
                     log.warning("a shard request to sampler %d was dropped: no answer in %.0fs", s.index,
@@ -369,11 +378,11 @@ class ShardIngest(Component):
         self.stopped = True
         if self.ranks is not None:
             self.ranks.stop()
-        # a start under way is ended at once: its stop call would wait for its constructor (seconds, tens on a
-        # busy machine), and the runner gives this process less than that
-        placement.end_actors(self.starts.handles(), [], timeout=0.0)
-        if self.samplers:
-            placement.stop_samplers([s.handle for s in self.samplers], STOP_TIMEOUT_SEC)
+        # a start under way too: its stop call runs once its constructor is done, and unlinks its weights
+        # lock's name (sampler._unlink), which a kill mid-start would leave in /dev/shm
+        handles = [s.handle for s in self.samplers] + self.starts.handles()
+        if handles:
+            placement.stop_samplers(handles, STOP_TIMEOUT_SEC)
         if ray.is_initialized():
             ray.shutdown()
         self.stop_loop()
