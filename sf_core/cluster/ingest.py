@@ -22,8 +22,8 @@ A sampler that raises, whose process or node dies, whose shard's object is lost,
 (whole datasets: no trajectory mixes rows of two starts) and a new one is started with the newest weights,
 up to --max_sampler_restarts, as soon as some node has room for it (it waits for one otherwise:
 sf_core/cluster/sampler_starts.py). A sampler is asked for shards once it has answered. Training goes on
-with the others meanwhile. If no shard arrives for --heartbeat_timeout seconds, or the
-cluster is gone, the run stops with that message (the learner saves a checkpoint on the way down).
+with the others meanwhile. If no shard arrives for --heartbeat_timeout seconds, or the cluster is gone, the
+run stops with that message (the learner saves a checkpoint on the way down).
 """
 
 from __future__ import annotations
