@@ -9,6 +9,11 @@ sf_core/contracts/component.py, process_title). With --hang, every other fault i
 component, which the trainer must find by its heartbeat. Then --baseline_runs runs of the same length without
 faults give the frames/s the soak is compared with.
 
+With --ray the trainer samples on Ray (--ray_address=local unless the flags after `--` name a cluster) and the
+faults go to its sampler actors (--kinds=sampler by default): a sampler's process, found by its thread named
+sf:sampler0, sf:sampler1, ... (sf_core/cluster/sampler.py), is SIGKILLed, and the trainer replaces it
+(sf_core/cluster/ingest.py). On a cluster of several machines only the samplers on this one are found.
+
 Per run it reports every fault (what, when, how long until a process of that name served again) and checks:
 the run ended with exit code 0; its final mean return reached --target (default: the env's solved threshold
 where it has one); the frame counter, read live from training_summary.json, never went backwards; and nothing
@@ -34,7 +39,7 @@ import psutil
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from sf_core.cli.arguments import add_bool_argument  # noqa: E402
 
-KINDS = {"rollout_worker": "sf:rw", "inference_worker": "sf:inf", "learner": "sf:learner"}
+KINDS = {"rollout_worker": "sf:rw", "inference_worker": "sf:inf", "learner": "sf:learner", "sampler": "sf:sampler"}
 SOLVED = {"CartPole-v1": 475.0, "CartPole-v0": 195.0, "Acrobot-v1": -100.0}
 POLL_SEC = 0.25
 
@@ -61,21 +66,45 @@ class RunResult:
     leftover_processes: list[str] = field(default_factory=list)
     leftover_shm: list[str] = field(default_factory=list)
     summary_faults: list = field(default_factory=list)  # what the trainer itself recorded
+    sampler_events: list = field(default_factory=list)  # --ray: samplers lost, waiting for room, started again
+    fewest_live_samplers: int | None = None
     injected: list[Fault] = field(default_factory=list)
     log: str = ""  # the trainer's console
 
 
-def components(root: psutil.Process) -> dict[str, psutil.Process]:
-    """The trainer's component processes by OS name."""
+def components(root: psutil.Process, samplers_anywhere: bool = False) -> dict[str, psutil.Process]:
+    """The trainer's component processes by OS name, and its Ray sampler actors by their sampler thread's
+    name: a local cluster's are the trainer's descendants; with `samplers_anywhere` (a cluster started
+    elsewhere), any on this machine."""
     found = {}
-    for child in root.children(recursive=True):
+    descendants = root.children(recursive=True)
+    for child in descendants:
         try:
             name = child.name()
         except psutil.Error:
             continue
         if name.startswith("sf:") and child.status() != psutil.STATUS_ZOMBIE:
             found[name] = child
+    for proc in psutil.process_iter() if samplers_anywhere else descendants:
+        name = sampler_name(proc)
+        if name is not None:
+            found[name] = proc
     return found
+
+
+def sampler_name(proc: psutil.Process) -> str | None:
+    """sf:samplerN if `proc` is a Ray sampler actor (Ray titles it ray::Sampler...; its thread bears the name)."""
+    try:
+        if not proc.name().startswith("ray::Sampler") or proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        for thread in proc.threads():
+            with open(f"/proc/{proc.pid}/task/{thread.id}/comm") as f:
+                name = f.read().strip()
+            if name.startswith(KINDS["sampler"]):
+                return name
+    except (psutil.Error, OSError):
+        pass
+    return None
 
 
 def read_summary(path: str) -> dict:
@@ -97,6 +126,7 @@ class Soak:
                     "--experiment=soak", "--train_for_env_steps=100000000000",
                     f"--train_for_seconds={args.minutes * 60:g}", "--experiment_summaries_interval=1"]
         self.injected: list[Fault] = []
+        self.samplers_anywhere = args.ray and "--ray_address=local" not in trainer_args
         self.stopped: list[psutil.Process] = []  # SIGSTOPped: resumed at the end if the trainer did not kill them
         self.seen_pids: set[int] = set()
         self.last_frames = 0
@@ -123,7 +153,7 @@ class Soak:
         return self.result(proc, started, shm_before)
 
     def watch(self, root: psutil.Process, now: float) -> None:
-        found = components(root)
+        found = components(root, self.samplers_anywhere)
         self.seen_pids.update(p.pid for p in found.values())
         frames = read_summary(self.summary_path).get("frames") or 0
         if frames < self.last_frames:
@@ -136,7 +166,7 @@ class Soak:
         self.last_frames = max(self.last_frames, frames)
 
     def inject(self, root: psutil.Process, now: float) -> None:
-        found = components(root)
+        found = components(root, self.samplers_anywhere)
         kind = self.rng.choice(self.args.kinds)
         victims = sorted(name for name in found if name.startswith(KINDS[kind]))
         if not victims:
@@ -174,9 +204,11 @@ class Soak:
         summary = read_summary(self.summary_path)
         seconds = summary.get("seconds") or (time.time() - started)
         frames = summary.get("frames") or 0
+        cluster = summary.get("cluster") or {}
         return RunResult(self.faults, proc.returncode, round(seconds, 1), frames, round(frames / seconds, 1),
                          summary.get("mean_return"), self.backwards, leftover, shm,
-                         summary.get("faults", []), self.injected, os.path.join(self.train_dir, "train.log"))
+                         summary.get("faults", []), cluster.get("events", []), cluster.get("fewest_live_samplers"),
+                         self.injected, os.path.join(self.train_dir, "train.log"))
 
 
 def leaked_shm(before: set[str]) -> list[str]:
@@ -226,8 +258,10 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=10.0, help="length of each run")
     parser.add_argument("--kill_every", type=float, default=20.0, help="seconds between faults")
     parser.add_argument("--first_fault", type=float, default=15.0, help="seconds after launch of the first fault")
-    parser.add_argument("--kinds", default="rollout_worker,inference_worker,learner",
-                        help=f"which components to kill, of {','.join(KINDS)}")
+    parser.add_argument("--kinds", default=None, help=f"which components to kill, of {','.join(KINDS)} (default: "
+                        "rollout_worker,inference_worker,learner; with --ray, sampler)")
+    add_bool_argument(parser, "ray", False, "sample on Ray (--ray_address=local unless given after --); sampler "
+                      "actors can be killed")
     add_bool_argument(parser, "hang", False, "every other fault a SIGSTOP (a hung component)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--baseline_runs", type=int, default=1, help="runs of the same length without faults")
@@ -236,15 +270,20 @@ def main() -> int:
     parser.add_argument("--output", default="chaos_soak.json")
     parser.add_argument("trainer_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
-    args.kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    kinds = args.kinds or ("sampler" if args.ray else "rollout_worker,inference_worker,learner")
+    args.kinds = [k.strip() for k in kinds.split(",") if k.strip()]
     unknown = [k for k in args.kinds if k not in KINDS]
     if unknown:
         parser.error(f"--kinds: unknown {unknown}; choose among {list(KINDS)}")
+    if "sampler" in args.kinds and not args.ray:
+        parser.error("--kinds=sampler: samplers are Ray actors; add --ray")
     trainer_args = [a for a in args.trainer_args if a != "--"] or ["--env=CartPole-v1"]
+    if args.ray and not any(a.startswith("--ray_address=") for a in trainer_args):
+        trainer_args.append("--ray_address=local")
     # a soak faults far more often than a real run: the caps that stop a run faulting again and again stay out
     # of its way unless given (docs/faults.md)
-    trainer_args += [f"--{cap}=1000000" for cap in ("max_recoveries", "max_worker_replacements")
-                     if not any(a.startswith(f"--{cap}=") for a in trainer_args)]
+    caps = ("max_recoveries", "max_worker_replacements", *(("max_sampler_restarts",) if args.ray else ()))
+    trainer_args += [f"--{cap}=1000000" for cap in caps if not any(a.startswith(f"--{cap}=") for a in trainer_args)]
     env = next((a.split("=", 1)[1] for a in trainer_args if a.startswith("--env=")), None)
     target = args.target if args.target is not None else SOLVED.get(env or "")
     results = []
@@ -259,8 +298,12 @@ def main() -> int:
 def report_line(result: RunResult, target: float | None) -> str:
     times = [f.served_again_after for f in result.injected if f.served_again_after is not None]
     problems = verdict(result, target)
+    lost = sum(e["event"] == "lost" for e in result.sampler_events)
+    started = sum(e["event"] == "started" for e in result.sampler_events)
+    ray = (f", samplers lost {lost}, started again {started}, fewest live {result.fewest_live_samplers}"
+           if result.sampler_events else "")
     return (f"  {result.frames:,} frames in {result.seconds:.0f} s ({result.fps:,.0f}/s), mean return "
-            f"{result.mean_return}, {len(result.injected)} faults, served again after "
+            f"{result.mean_return}, {len(result.injected)} faults{ray}, served again after "
             f"{statistics.median(times) if times else '-'} s (median); "
             + ("passed" if not problems else "FAILED: " + "; ".join(problems) + f" (console: {result.log})"))
 

@@ -37,10 +37,18 @@ def start_cluster(nodes: int, node_resources: dict[str, float] | None = None):
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": HEAD_CPUS, "object_store_memory": OBJECT_STORE_BYTES, "include_dashboard": False,
         "_system_config": HEALTH})
-    workers = [cluster.add_node(num_cpus=NODE_CPUS, object_store_memory=OBJECT_STORE_BYTES,
-                                resources=node_resources or {}) for _ in range(nodes - 1)]
+    workers = [add_node(cluster, node_resources, wait=False) for _ in range(nodes - 1)]
     cluster.wait_for_nodes(timeout=60)
     return cluster, workers
+
+
+def add_node(cluster, node_resources: dict[str, float] | None = None, wait: bool = True):
+    """A node of NODE_CPUS joins `cluster` (a node that comes back, after a kill, is a new one to Ray)."""
+    node = cluster.add_node(num_cpus=NODE_CPUS, object_store_memory=OBJECT_STORE_BYTES,
+                            resources=node_resources or {})
+    if wait:
+        cluster.wait_for_nodes(timeout=60)
+    return node
 
 
 def start_env_servers(count: int, capacity: int) -> list:
@@ -94,10 +102,11 @@ def reap(processes: set, timeout: float = 2.0) -> list[int]:
 
 
 def read_progress(summary_path: str) -> dict:
-    """From the run's running summary: its frames, how many nodes have sampled, its mean return, and how many
-    replacement samplers (later incarnations) have sampled. A node has sampled once its frames are counted:
-    a shard counts the frames of the rollout reports that came with it, and a sampler's first shard may
-    come before its workers' first report (a node in node_frames with 0 frames)."""
+    """From the run's running summary: its frames, how many nodes have sampled, its mean return, how many
+    replacement samplers (later incarnations) have sampled, and whether one has waited for room. A node has
+    sampled once its frames are counted: a shard counts the frames of the rollout reports that came with it,
+    and a sampler's first shard may come before its workers' first report (a node in node_frames with 0
+    frames)."""
     try:
         with open(summary_path) as f:
             summary = json.load(f)
@@ -107,7 +116,8 @@ def read_progress(summary_path: str) -> dict:
     sampled = [frames for frames in cluster.get("node_frames", {}).values() if frames > 0]
     return {"frames": int(summary.get("frames", 0)), "nodes": len(sampled),
             "mean_return": summary.get("mean_return") or float("-inf"),
-            "replaced": sum(s["incarnation"] > 0 and s["frames"] > 0 for s in cluster.get("samplers", []))}
+            "replaced": sum(s["incarnation"] > 0 and s["frames"] > 0 for s in cluster.get("samplers", [])),
+            "waiting": any(e["event"] == "waiting" for e in cluster.get("events", []))}
 
 
 def replaced_since_kill(progress: dict, args, result: dict) -> bool:
@@ -131,12 +141,17 @@ def kill_learner_ranks() -> list[int]:
 
 def act_on(progress: dict, args, result: dict, cluster, workers: list, proc) -> None:
     """The scenario's kills and stops, each once, when the run's progress calls for it."""
-    frames, everywhere = progress["frames"], progress["nodes"] == args.nodes
+    frames, everywhere = progress["frames"], progress["nodes"] >= args.nodes
     # a node is killed once every node has sampled: a sampler can take long to start on a busy machine
     if (args.kill_node_after_frames and result["killed_at_frames"] is None and workers
             and frames >= args.kill_node_after_frames and everywhere):
         result["killed_at_frames"], result["replaced_before_kill"] = frames, progress["replaced"]
+        result["killed_at"] = time.monotonic()
         cluster.remove_node(workers[-1], allow_graceful=False)
+    if (args.restore_node_after_sec and result["killed_at_frames"] is not None and result["restored_node"] is None
+            and (progress["waiting"] or time.monotonic() - result["killed_at"] >= args.restore_node_after_sec)):
+        result["restored_at_frames"] = frames
+        result["restored_node"] = add_node(cluster, json.loads(args.node_resources or "{}")).node_id
     if args.kill_learner_rank_after_frames and result["rank_killed_at_frames"] is None \
             and frames >= args.kill_learner_rank_after_frames:
         result["rank_killed_at_frames"] = frames
@@ -160,6 +175,9 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--kill_node_after_frames", type=int, default=0, help="and once every node sampled")
+    parser.add_argument("--restore_node_after_sec", type=float, default=0.0,
+                        help="a new node joins in the killed one's place once a replacement sampler waits for room, "
+                             "or this long after the kill")
     parser.add_argument("--kill_cluster_after_frames", type=int, default=0, help="every node, the head included")
     parser.add_argument("--kill_learner_rank_after_frames", type=int, default=0, help="SIGKILL to the learner ranks")
     parser.add_argument("--stop_after_frames", type=int, default=0,
@@ -178,9 +196,10 @@ def main() -> int:
     cluster, workers = start_cluster(args.nodes, json.loads(args.node_resources or "{}"))
     spawned = descendants()
     result: dict = {"killed_at_frames": None, "cluster_killed_at_frames": None, "stopped_at_frames": None,
-                    "rank_killed_at_frames": None,
+                    "rank_killed_at_frames": None, "restored_at_frames": None, "restored_node": None,
                     "return_reached_at_frames": None, "head_node": cluster.head_node.node_id,
-                    "other_nodes": [node.node_id for node in workers]}
+                    "other_nodes": [node.node_id for node in workers],
+                    "netns": os.stat("/proc/self/ns/net").st_ino}  # the test looks for Ray processes left in it
     try:
         services = ",".join(server.spec for server in servers)
         command = [sys.executable, "-m", "sf_core.train", f"--ray_address={cluster.address}",

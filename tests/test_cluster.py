@@ -22,14 +22,23 @@ needs_namespace = pytest.mark.skipif(not launch.can_isolate(), reason="`unshare 
 SOLVED = 475.0
 
 
-def ray_processes() -> set[int]:
+def ray_processes(netns: int | None = None) -> set[int]:
+    """Ray's processes on this machine; with `netns`, those in that network namespace only (a test cluster's:
+    other programs on the machine may run clusters of their own meanwhile)."""
     names = ("raylet", "gcs_server", "ray::", "plasma_store", "log_monitor", "dashboard_agent", "runtime_env_agent")
     found = set()
     for proc in psutil.process_iter(["pid", "cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or ())
-        if any(name in cmdline for name in names):
+        if any(name in cmdline for name in names) and (netns is None or _netns(proc.info["pid"]) == netns):
             found.add(proc.info["pid"])
     return found
+
+
+def _netns(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:  # gone, or not ours to look at
+        return None
 
 
 def named_semaphores() -> set[str]:
@@ -37,7 +46,7 @@ def named_semaphores() -> set[str]:
 
 
 def on_two_nodes(tmp_path, *flags: str, kill_after_frames: int = 0, kill_cluster_after_frames: int = 0,
-                 kill_learner_rank_after_frames: int = 0,
+                 kill_learner_rank_after_frames: int = 0, restore_node_after_sec: float = 0.0,
                  stop_after_frames: int = 0, stop_when_replaced_and_return: float | None = None,
                  env_servers: int = 0, node_resources: str = "", timeout: float = 200.0) -> tuple[dict, dict]:
     """Train on a fresh two-node cluster; returns the scenario's result and the training summary."""
@@ -45,14 +54,15 @@ def on_two_nodes(tmp_path, *flags: str, kill_after_frames: int = 0, kill_cluster
     args = ["--nodes=2", f"--kill_node_after_frames={kill_after_frames}", f"--timeout={timeout}",
             f"--kill_cluster_after_frames={kill_cluster_after_frames}", f"--stop_after_frames={stop_after_frames}",
             f"--summary={tmp_path / 'exp' / 'training_summary.json'}", f"--env_servers={env_servers}",
-            f"--node_resources={node_resources}", f"--kill_learner_rank_after_frames={kill_learner_rank_after_frames}"]
+            f"--node_resources={node_resources}", f"--kill_learner_rank_after_frames={kill_learner_rank_after_frames}",
+            f"--restore_node_after_sec={restore_node_after_sec}"]
     if stop_when_replaced_and_return is not None:
         args.append(f"--stop_when_replaced_and_return={stop_when_replaced_and_return}")
     args += ["--", f"--train_dir={tmp_path}", "--experiment=exp", "--experiment_summaries_interval=0.5", *flags]
     proc = launch.run_isolated(args, timeout + 60, script="tests/ray_cluster.py")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert not ray_processes() - before, "a Ray process outlived its cluster"
+    assert not ray_processes(result["netns"]) - before, "a Ray process outlived its cluster"
     assert not named_semaphores() - semaphores, "a sampler left its weights lock's semaphore in /dev/shm"
     return result, read_summary(tmp_path)
 
@@ -60,28 +70,36 @@ def on_two_nodes(tmp_path, *flags: str, kill_after_frames: int = 0, kill_cluster
 @needs_namespace
 @pytest.mark.slow
 @pytest.mark.timeout(330)
-def test_two_nodes_solve_cartpole_with_one_node_killed(tmp_path):
-    """The run goes on until it has solved CartPole and the killed node's sampler, started again on the
-    surviving node, has sampled; then the user stops it (SIGTERM). Stopping at the target instead would race
-    the replacement's start, which a busy machine can delay past the solve."""
+def test_two_nodes_solve_cartpole_with_one_node_killed_and_regain_its_sampler_when_a_node_joins(tmp_path):
+    """Each sampler reserves 2 CPUs: once the second node is killed, the head (3 CPUs, 2 of them its own
+    sampler's) has no room for the lost sampler's replacement, which waits while training goes on with the
+    head's sampler. A new node joins once the replacement waits (or 10 s after the kill, for a trainer that
+    would not say so) and the replacement starts there. The run goes on until it has solved CartPole and the
+    replacement has sampled; then the user stops it (SIGTERM). Stopping at the target instead would race the
+    replacement's start, which a busy machine can delay past the solve."""
     result, summary = on_two_nodes(tmp_path, "--env=CartPole-v1", "--num_samplers=2", "--num_workers=1",
-                                   "--serial_mode=True", "--train_for_seconds=150", "--seed=1",
-                                   kill_after_frames=40_000, stop_when_replaced_and_return=SOLVED)
+                                   "--serial_mode=True", "--train_for_seconds=150", "--train_for_env_steps=1000000",
+                                   "--seed=1", "--sampler_cpus=2",
+                                   kill_after_frames=40_000, restore_node_after_sec=10,
+                                   stop_when_replaced_and_return=SOLVED)
     assert result["killed_at_frames"] is not None, "the run ended before the node could be killed"
+    assert result["restored_node"] is not None, ("the run ended before a node joined again", result["output"][-3000:])
     assert result["stopped_at_frames"] is not None, ("not solved, or the lost sampler never sampled again",
                                                       result["output"][-3000:])
     assert result["exit_code"] == 143, result["output"][-3000:]
     assert result["return_reached_at_frames"] is not None, "the run's summary never showed a mean return of 475"
     cluster = summary["cluster"]
-    assert len(cluster["node_frames"]) == 2 and min(cluster["node_frames"].values()) > 0, cluster
+    assert len(cluster["node_frames"]) == 3 and min(cluster["node_frames"].values()) > 0, cluster
     assert sum(cluster["node_frames"].values()) <= summary["frames"]
-    # the killed node's sampler was lost and replaced on the surviving node, which it sampled on
+    # the killed node's sampler was lost, waited for room (no restart spent on waiting) and started on the new node
     lost = [e for e in cluster["events"] if e["event"] == "lost"]
-    assert cluster["sampler_restarts"] >= 1 and lost, cluster
-    dead_node = lost[0]["node"]
+    assert lost and cluster["sampler_restarts"] == len(lost), cluster
+    its = [e["event"] for e in cluster["events"] if e["sampler"] == lost[0]["sampler"]]
+    assert its[:3] == ["lost", "waiting", "started"], cluster["events"]
     later = [s for s in cluster["samplers"] if s["sampler"] == lost[0]["sampler"]
              and s["incarnation"] > lost[0]["incarnation"] and s["frames"] > 0]
-    assert later and all(s["node"] != dead_node for s in later), cluster
+    assert [s["node"] for s in later] == [result["restored_node"]], (later, result)
+    assert cluster["live_samplers"] == 2 and cluster["fewest_live_samplers"] == 1, cluster
     # a replacement starts from the newest weights: none of its shards was acted on by weights older than those
     assert all(s["oldest_versions"][0] >= s["started_with_versions"][0] > 0 for s in later), later
 
@@ -311,3 +329,22 @@ def test_a_sampler_returns_small_shards_in_the_reply_and_large_ones_through_the_
     proc = launch.run_isolated([], 90, script=str(probe))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split()[-2:] == ["0", "1"], proc.stdout + proc.stderr[-2000:]
+
+
+def test_the_cluster_stats_count_live_samplers_waits_and_the_fewest_live_after_a_loss():
+    """What the console, TensorBoard and the summary show of a lost sampler whose replacement waited for room:
+    live counts a start once it answered, not while it waits."""
+    from sf_core.cluster.cluster_stats import ClusterStats
+    from sf_core.contracts.signals import SamplerReport
+
+    stats = ClusterStats()
+    for index in range(2):
+        stats.add(SamplerReport(index, 0, f"node{index}", 0, "started", versions=(0,)))
+    stats.add(SamplerReport(1, 0, "node1", 0, "lost", "the actor's node was terminated"))
+    stats.add(SamplerReport(1, 1, "", 0, "waiting", "no node has room"))
+    assert "samplers 1/2 live, sampler restarts 0" in stats.line()
+    stats.add(SamplerReport(1, 1, "node2", 0, "started", versions=(7,)))
+    summary = stats.summary()
+    assert (summary["live_samplers"], summary["fewest_live_samplers"], summary["sampler_restarts"]) == (2, 1, 1)
+    assert [(e["event"], e["incarnation"], e["node"]) for e in summary["events"]] == [
+        ("lost", 0, "node1"), ("waiting", 1, ""), ("started", 1, "node2")]

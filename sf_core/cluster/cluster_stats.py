@@ -1,6 +1,6 @@
-"""What the driver knows of the cluster: frames per node and per sampler, every sampler lost or started, and
-where the learner ranks run. Shown in the console line, TensorBoard (cluster/...) and training_summary.json's
-"cluster" section."""
+"""What the driver knows of the cluster: frames per node and per sampler, every sampler lost, waiting for room
+or started, how many are live, and where the learner ranks run. Shown in the console line, TensorBoard
+(cluster/...) and training_summary.json's "cluster" section."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ class ClusterStats:
         self.restarts = 0
         self.events: list[dict] = []  # every start after the first and every loss, in order
         self.shards = 0
-        self.live: set[tuple[int, int]] = set()  # (sampler, incarnation) started and not lost
+        self.live: set[tuple[int, int]] = set()  # (sampler, incarnation) started (answering) and not lost
+        self.wanted: set[int] = set()  # every sampler index started once: the run's full count
+        self.fewest: int | None = None  # the fewest live at once after a loss
         self.learner_ranks: dict[int, str] = {}  # --num_learners: rank (≥ 1) -> its node
 
     def add(self, report: SamplerReport | LearnerRankReport) -> None:
@@ -35,11 +37,13 @@ class ClusterStats:
             return
         if report.event == "started":
             self.live.add(key)
+            self.wanted.add(report.sampler)
             self.started_with[key] = report.versions
             self.restarts += report.incarnation > 0
-        else:
+        elif report.event == "lost":
             self.live.discard(key)
-        if report.event == "lost" or report.incarnation > 0:
+            self.fewest = min(len(self.live), self.fewest if self.fewest is not None else len(self.live))
+        if report.event != "started" or report.incarnation > 0:
             self.events.append({"event": report.event, "sampler": report.sampler, "incarnation": report.incarnation,
                                 "node": report.node, "detail": report.detail})
 
@@ -55,13 +59,19 @@ class ClusterStats:
                                               for p in range(len(self.started_with.get((s, i), ())))]}
                          for (s, i), f in sorted(self.sampler_frames.items())],
             "sampler_restarts": self.restarts, "events": list(self.events), "shards": self.shards,
+            "live_samplers": len(self.live), "fewest_live_samplers": self.fewest_live(),
             "learner_ranks": {str(rank): node for rank, node in sorted(self.learner_ranks.items())},
         }
 
+    def fewest_live(self) -> int:
+        return self.fewest if self.fewest is not None else len(self.live)
+
     def line(self) -> str:
-        return f" | nodes {len(self.node_frames)}, sampler restarts {self.restarts}"
+        return (f" | nodes {len(self.node_frames)}, samplers {len(self.live)}/{len(self.wanted)} live, "
+                f"sampler restarts {self.restarts}")
 
     def write(self, writer, step: int) -> None:
         for node, frames in self.node_frames.items():
             writer.add_scalar(f"cluster/frames_node_{node[:8]}", frames, step)
         writer.add_scalar("cluster/sampler_restarts", self.restarts, step)
+        writer.add_scalar("cluster/live_samplers", len(self.live), step)

@@ -17,11 +17,13 @@ each batch_consumed (the learner has just published new weights) sends the weigh
 keeps the heartbeat, gives up calls Ray never answers, and notices silence. Polling, at 50 Hz, took a
 tenth of a core and woke Ray's daemons hundreds of times a second (docs/distributed.md, "Measured").
 
-A sampler that raises, whose process or node dies, or whose shard's object is lost, is dropped with the
-shards it had in flight (whole datasets: no trajectory mixes rows of two starts) and a new one is started
-with the newest weights, up to --max_sampler_restarts. Training goes on with the others meanwhile. If no
-shard arrives for --heartbeat_timeout seconds, or the cluster is gone, the run stops with that message
-(the learner saves a checkpoint on the way down).
+A sampler that raises, whose process or node dies, whose shard's object is lost, or that answers no call for
+--heartbeat_timeout seconds (a hung process, or a node cut off), is dropped with the shards it had in flight
+(whole datasets: no trajectory mixes rows of two starts) and a new one is started with the newest weights,
+up to --max_sampler_restarts, as soon as some node has room for it (it waits for one otherwise:
+sf_core/cluster/sampler_starts.py). A sampler is asked for shards once it has answered. Training goes on
+with the others meanwhile. If no shard arrives for --heartbeat_timeout seconds, or the cluster is gone, the
+run stops with that message (the learner saves a checkpoint on the way down).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 from sf_core.cluster import placement
 from sf_core.cluster.learner_ranks import RemoteRanks, failure_message
 from sf_core.cluster.sampler import STOP_GRACE_SEC, SamplerSpec
+from sf_core.cluster.sampler_starts import START_TIMEOUT_SEC, WAIT_REPORT_SEC, SamplerStarts, Start
 from sf_core.cluster.shards import Shard, copy_into
 from sf_core.config import Config
 from sf_core.contracts.buffers import DatasetBuffers, SharedWeights
@@ -66,6 +69,7 @@ class SamplerState:
     node: str = "?"
     weights_calls: dict[int, Future] = field(default_factory=dict)  # per policy: the set_weights call under way
     weights_sent: list[int] = field(default_factory=list)  # per policy: the newest version sent
+    answered_at: float = field(default_factory=time.monotonic)  # its last answer (or the last tick with no call)
 
 
 class PolicyPort(EventLoopObject):
@@ -96,6 +100,9 @@ class ShardIngest(Component):
         self.weights_refs: list[Any] = [None] * len(weights)
         self.weights_versions = [-1] * len(weights)
         self.restarts = 0
+        self.count = 0  # samplers the run has when every one is live
+        self.starts = SamplerStarts(self._launch, lambda bundles: placement.room(self.cfg, self.group, bundles),
+                                    self._wake)
         self.last_shard_at = time.monotonic()
         self.stopped = False  # a slot queued behind stop must not touch Ray (a Ray call would start a new one)
         loop.start.connect(self.on_start)
@@ -106,12 +113,12 @@ class ShardIngest(Component):
         placement.connect(self.cfg)
         if self.ranks is not None:  # first: rank 0 (the learner) waits for them to join
             self.ranks.start()
-        count = placement.sampler_count(self.cfg)
+        self.count = count = placement.sampler_count(self.cfg)
         self._share_services(count)
         self.group = placement.place(self.cfg, count)
         self._publish_weights()
         for index in range(count):
-            self.samplers.append(self._start(index, 0, bundle=index))
+            self.starts.begin(Start(index, 0), placement.in_bundle(self.group, index))
         self.last_shard_at = time.monotonic()
         self.timer = Timer(self.event_loop, TICK_SEC, object_id="shard_ingest_tick")
         self.timer.timeout.connect(self.tick)
@@ -122,14 +129,45 @@ class ShardIngest(Component):
         share_among_samplers(self.cfg, count)
         self.spec = replace(self.spec, count=count)
 
-    def _start(self, index: int, incarnation: int, bundle: int = -1) -> SamplerState:
-        spec = replace(self.spec, index=index, incarnation=incarnation,
-                       seed=self.spec.seed + 7919 * index + 104729 * incarnation)  # no two starts share env seeds
-        handle = placement.start_sampler(self.cfg, spec, self.weights_refs, self.weights_versions,
-                                         self.group if bundle >= 0 else None, bundle)
-        state = SamplerState(index, incarnation, handle, weights_sent=list(self.weights_versions))
-        REPORT.emit(self, SamplerReport(index, incarnation, "", 0, "started", versions=tuple(self.weights_versions)))
-        return state
+    def _launch(self, start: Start, strategy: Any) -> None:
+        """Create `start`'s actor, placed by `strategy`, with each policy's newest weights."""
+        spec = replace(self.spec, index=start.index, incarnation=start.incarnation,  # no two starts share env seeds
+                       seed=self.spec.seed + 7919 * start.index + 104729 * start.incarnation)
+        start.versions = list(self.weights_versions)
+        start.handle = placement.start_sampler(self.cfg, spec, self.weights_refs, self.weights_versions, strategy)
+
+    def _wake(self) -> None:
+        if not self.stopped:
+            SHARDS_ARRIVED.emit(self)
+
+    def _started(self, start: Start, answer: Future) -> None:
+        """A start's first answer: the sampler is live (asked for shards from now on), or it failed to start."""
+        try:
+            node = answer.result(timeout=0)
+        except Exception as exc:  # noqa: BLE001 - its constructor raised, or its node died under it
+            self._lose(start.index, start.incarnation, "?", start.handle, exc)
+            return
+        self.samplers.append(SamplerState(start.index, start.incarnation, start.handle, node=node,
+                                          weights_sent=list(start.versions)))
+        REPORT.emit(self, SamplerReport(start.index, start.incarnation, node, 0, "started",
+                                        versions=tuple(start.versions)))
+        if start.incarnation > 0:
+            log.info("sampler %d (start %d) runs on node %s, %.0fs after its loss: %d of %d samplers live",
+                     start.index, start.incarnation, node[:8], time.monotonic() - start.wanted_at,
+                     len(self.samplers), self.count)
+
+    def _place_starts(self) -> None:
+        """Start the replacements that have room now; say which found none (they wait)."""
+        begun, waiting = self.starts.place(time.monotonic())
+        for start, strategy in begun:
+            log.info("sampler %d (start %d) starting %s%s", start.index, start.incarnation,
+                     "on a node with room" if strategy == "SPREAD" else "in its placement bundle",
+                     f", after {time.monotonic() - start.wanted_at:.0f}s waiting for room" if start.reported else "")
+        for start in waiting:
+            log.warning("sampler %d's replacement waits for a Ray node with room for it (--sampler_cpus=%g): "
+                        "none has had any for %.0fs; training goes on with %d of %d samplers", start.index,
+                        self.cfg.sampler_cpus, WAIT_REPORT_SEC, len(self.samplers), self.count)
+            REPORT.emit(self, SamplerReport(start.index, start.incarnation, "", 0, "waiting", "no node has room"))
 
     # ---------------------------------------------------------------- asking and taking
     def _ask_all(self) -> None:
@@ -172,6 +210,8 @@ class ShardIngest(Component):
     def shards_arrived(self) -> None:
         if self.stopped:
             return
+        for start, answer in self.starts.take_answers():
+            self._started(start, answer)
         while self.arrived:
             self._take(*self.arrived.popleft())
         self._fill_datasets()
@@ -180,6 +220,7 @@ class ShardIngest(Component):
     def _take(self, s: SamplerState, ref: Any, answer: Future) -> None:
         if s.asked.pop(ref, None) is None or s not in self.samplers:
             return  # given up already, or a late answer of a sampler already replaced
+        s.answered_at = time.monotonic()
         try:
             shard = answer.result(timeout=0)
         except placement.lost_errors() as exc:
@@ -235,7 +276,13 @@ class ShardIngest(Component):
             return
         self.beat("taking shards")
         now = time.monotonic()
-        for s in self.samplers:
+        for s in list(self.samplers):
+            if not s.asked:
+                s.answered_at = now  # nothing asked of it: its silence says nothing
+            elif now - s.answered_at > self.cfg.heartbeat_timeout:  # each call answers within seconds
+                self._replace(s, TimeoutError(f"it answered no call for {now - s.answered_at:.0f}s "
+                                              f"(--heartbeat_timeout): hung, or its node cut off"))
+                continue
             for ref, asked_at in list(s.asked.items()):
                 if now - asked_at > UNANSWERED_SEC:
                     log.warning("a shard request to sampler %d was dropped: no answer in %.0fs", s.index,
@@ -243,12 +290,15 @@ class ShardIngest(Component):
                     del s.asked[ref]
         self._publish_weights()
         self._ask_all()
+        self._watch_starts(now)
         if self.ranks is not None:
             self._watch_ranks()
         silent = now - self.last_shard_at
         if silent > self.cfg.heartbeat_timeout:
+            waiting = f", {len(self.starts.waiting)} samplers waiting for room" if self.starts.waiting else ""
             raise RuntimeError(f"no sampler delivered a shard for {silent:.0f}s (--heartbeat_timeout="
-                               f"{self.cfg.heartbeat_timeout:g}); Ray nodes alive: {len(placement.alive_nodes())}")
+                               f"{self.cfg.heartbeat_timeout:g}); Ray nodes alive: {len(placement.alive_nodes())}"
+                               f"{waiting}")
 
     # ---------------------------------------------------------------- weights
     def _publish_weights(self) -> None:
@@ -271,6 +321,16 @@ class ShardIngest(Component):
                 s.weights_sent[p] = version
 
     # ---------------------------------------------------------------- faults
+    def _watch_starts(self, now: float) -> None:
+        """Replacements waiting for room start once there is some; a start that never answers is lost."""
+        self._place_starts()
+        for start in self.starts.still_waiting(now):
+            log.warning("sampler %d's replacement still waits for room (%.0fs): %d of %d samplers live",
+                        start.index, now - start.wanted_at, len(self.samplers), self.count)
+        for start in self.starts.overdue(now):
+            self._lose(start.index, start.incarnation, "?", start.handle,
+                       TimeoutError(f"its actor did not answer within {START_TIMEOUT_SEC:.0f}s of its creation"))
+
     def _watch_ranks(self) -> None:
         """Where each learner rank runs, once Ray says; a rank Ray lost stops the run, named (rank 0's next
         collective fails too, with less to say)."""
@@ -287,22 +347,28 @@ class ShardIngest(Component):
             COMPONENT_ERROR.emit(self, name, details)
 
     def _replace(self, s: SamplerState, error: BaseException) -> None:
-        detail = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-        log.warning("sampler %d (start %d, node %s) lost: %s", s.index, s.incarnation, s.node[:8], detail)
-        REPORT.emit(self, SamplerReport(s.index, s.incarnation, s.node, 0, "lost", detail))
         self.samplers.remove(s)
         s.asked.clear()
         self.waiting = deque((o, shard) for o, shard in self.waiting if o is not s)
-        placement.stop_samplers([s.handle], timeout=0.0)
+        self._lose(s.index, s.incarnation, s.node, s.handle, error)
+
+    def _lose(self, index: int, incarnation: int, node: str, handle: Any, error: BaseException) -> None:
+        """Sampler `index`'s start `incarnation` is lost (live or starting): end its actor, and want a
+        replacement, which starts when some node has room."""
+        detail = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        log.warning("sampler %d (start %d, node %s) lost: %s", index, incarnation, node[:8], detail)
+        REPORT.emit(self, SamplerReport(index, incarnation, node, 0, "lost", detail))
+        placement.stop_samplers([handle], timeout=0.0)
         if self.restarts >= self.cfg.max_sampler_restarts:
-            if not self.samplers:
+            if not self.samplers and not self.starts:
                 raise RuntimeError(f"every sampler is lost and --max_sampler_restarts={self.cfg.max_sampler_restarts} "
                                    f"were used; the last one: {detail}")
             log.warning("--max_sampler_restarts=%d reached: going on with %d samplers",
-                        self.cfg.max_sampler_restarts, len(self.samplers))
+                        self.cfg.max_sampler_restarts, len(self.samplers) + len(self.starts))
             return
         self.restarts += 1
-        self.samplers.append(self._start(s.index, s.incarnation + 1))
+        self.starts.want(Start(index, incarnation + 1))
+        self._place_starts()
 
     @guarded
     def stop(self) -> None:
@@ -312,8 +378,11 @@ class ShardIngest(Component):
         self.stopped = True
         if self.ranks is not None:
             self.ranks.stop()
-        if self.samplers:
-            placement.stop_samplers([s.handle for s in self.samplers], STOP_TIMEOUT_SEC)
+        # a start under way too: its stop call runs once its constructor is done, and unlinks its weights
+        # lock's name (sampler._unlink), which a kill mid-start would leave in /dev/shm
+        handles = [s.handle for s in self.samplers] + self.starts.handles()
+        if handles:
+            placement.stop_samplers(handles, STOP_TIMEOUT_SEC)
         if ray.is_initialized():
             ray.shutdown()
         self.stop_loop()

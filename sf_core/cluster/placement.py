@@ -1,9 +1,10 @@
 """Ray, where the driver talks to it: connecting, placing samplers, starting and stopping them.
 
 Samplers are placed with one placement-group bundle per sampler: STRICT_SPREAD (one per node) when the
-cluster has a node for each, SPREAD otherwise. A replacement for a lost sampler is a new actor that Ray
-schedules on any node with room (SPREAD), not a restart in its old bundle: a bundle whose node died waits
-for a node that fits to rejoin, which may be never. Every Ray call here is bounded in time.
+cluster has a node for each, SPREAD otherwise. A replacement for a lost sampler is a new actor: in its old
+bundle if that is placed and free, else on any node with room (SPREAD); `room` says which, or that there is
+none yet (sf_core/cluster/sampler_starts.py). A bundle whose node died is placed again by Ray on a node that
+joins, if one fits. Every Ray call here is bounded in time.
 """
 
 from __future__ import annotations
@@ -143,15 +144,42 @@ def sampler_options(cfg: Config, strategy: Any = "SPREAD") -> dict:
                 runtime_env={"env_vars": {"RAY_max_direct_call_object_size": inline}})
 
 
-def start_sampler(cfg: Config, spec: SamplerSpec, weights_refs: list, versions: list[int], group=None,
-                  bundle: int = -1):
-    """A sampler actor, in bundle `bundle` of `group`, or wherever Ray finds room, starting from each policy's
-    weights (`weights_refs`, of `versions`)."""
-    import ray
+def in_bundle(group, bundle: int) -> Any:
+    """The scheduling strategy that puts an actor in bundle `bundle` of `group`."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    strategy = (PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=bundle)
-                if group is not None else "SPREAD")
+    return PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=bundle)
+
+
+def room(cfg: Config, group, bundles: list[int]) -> list[Any]:
+    """Where a sampler of each of `bundles` can start now: in its bundle if Ray has it placed and free, else
+    SPREAD while some node has --sampler_cpus free (counting the samplers placed before it here), else None.
+    Ray's view of free resources lags their use by up to a second: a start it places where the room has
+    just gone waits in Ray's queue until room comes (the ingest gives it up after START_TIMEOUT_SEC)."""
+    from ray._private.state import available_resources_per_node  # Ray's own, per node (ray.available_resources sums)
+
+    free = available_resources_per_node()
+    node_cpus = [resources.get("CPU", 0.0) for resources in free.values()]
+    where: list[Any] = []
+    for bundle in bundles:
+        key = f"CPU_group_{bundle}_{group.id.hex()}" if group is not None else ""
+        if key and any(resources.get(key, 0.0) >= cfg.sampler_cpus for resources in free.values()):
+            where.append(in_bundle(group, bundle))
+            continue
+        roomiest = max(range(len(node_cpus)), key=node_cpus.__getitem__, default=None)
+        if roomiest is not None and node_cpus[roomiest] >= cfg.sampler_cpus:
+            node_cpus[roomiest] -= cfg.sampler_cpus
+            where.append("SPREAD")
+        else:
+            where.append(None)
+    return where
+
+
+def start_sampler(cfg: Config, spec: SamplerSpec, weights_refs: list, versions: list[int], strategy: Any):
+    """A sampler actor, placed by `strategy` (`in_bundle`, or SPREAD: wherever Ray finds room), starting from
+    each policy's weights (`weights_refs`, of `versions`)."""
+    import ray
+
     return ray.remote(Sampler).options(**sampler_options(cfg, strategy)).remote(spec, versions, *weights_refs)
 
 

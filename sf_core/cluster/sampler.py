@@ -28,6 +28,7 @@ from sf_core.envs.registry import EnvRegistry
 from sf_core.cluster.shard_emitter import ShardEmitter, shard_emitter_name
 from sf_core.cluster.shards import Shard, ShardMeta
 from sf_core.common.logs import setup_logging
+from sf_core.common.process_name import name_process
 from sf_core.config import Config
 from sf_core.contracts.component import Component, guarded
 from sf_core.contracts.signals import SHARD_TAKEN, STOP, Report
@@ -154,6 +155,9 @@ class Sampler:
 
     def _run(self) -> None:
         take_niceness(self.spec.niceness, quiet=True)  # the batcher and emitter's thread
+        # Ray titles the actor's process by the call it runs (ray::Sampler.next_shard): the name goes on this
+        # thread instead (sf:sampler3), where `ps -L`, `top -H` and scripts/chaos_soak.py find it
+        name_process(f"sampler{self.spec.index}")
         try:
             self.host.loop.exec()
         except BaseException as exc:  # noqa: BLE001 - a slot raised in serial mode: the driver hears of it

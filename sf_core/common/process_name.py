@@ -17,7 +17,8 @@ def process_title(name: str) -> str:
 
 def name_process(name: str) -> None:
     """Name this process for the OS (Linux prctl PR_SET_NAME), so a user or a chaos test can tell the
-    components apart by name rather than by start order; elsewhere a no-op."""
+    components apart by name rather than by start order; elsewhere a no-op. It names the calling thread: the
+    process, when that is its main thread."""
     try:
         prctl = ctypes.CDLL(None).prctl
     except (OSError, AttributeError):

@@ -164,13 +164,14 @@ class LearnerReport:
 @dataclass
 class SamplerReport:
     """--ray_address: a shard of sampler `sampler` (its `incarnation`-th start) reached the learner, or the
-    sampler started or was lost (`event`), on Ray node `node`."""
+    sampler started (answered), was lost, or its replacement waits for a node with room (`event`), on Ray
+    node `node`."""
 
     sampler: int
     incarnation: int
     node: str
     frames: int  # env frames its workers reported with this shard
-    event: str = "shard"  # shard, started, lost
+    event: str = "shard"  # shard, started, lost, waiting
     detail: str = ""  # why it was lost
     version: int = 0  # shard: the oldest version of its policy that acted in it
     policy: int = 0  # shard: whose it is
