@@ -395,7 +395,7 @@ def test_a_replacement_worker_waits_for_the_slots_a_batcher_holds_and_ignores_st
     try:
         worker.on_start()
         assert worker.unstarted == {0} and not [s for s in sent if s[0] == "policy_request_0"]
-        worker.advance([0])  # an answer to the dead predecessor's request (ticket of incarnation 0): not stepped
+        worker.advance(0, [0])  # an answer to the dead predecessor's request (ticket of incarnation 0): not stepped
         worker.slots_freed([1])  # meant for the predecessor: the batcher still holds slot 1
         assert worker.unstarted == {0} and not [s for s in sent if s[0] == "policy_request_0"]
         buffers.holds.release(0, 1)  # the batcher copied it and let it go
@@ -404,7 +404,7 @@ def test_a_replacement_worker_waits_for_the_slots_a_batcher_holds_and_ignores_st
         requests = [s for s in sent if s[0] == "policy_request_0"]
         assert [(r[2], r[3], r[4]) for r in requests] == [(1, 1, 0)]  # ticket 1 (split 0, incarnation 1), slot 1
         assert list(worker.runners[0].free_sets) == [] and worker.held == set(range(worker.layout.sets_per_split)) - {1}
-        worker.advance([1])
+        worker.advance(0, [1])
         assert worker.runners[0].t == 1
         worker.send_report()
         assert {s[1].incarnation for s in sent if s[0] == "report"} == {1}
@@ -440,6 +440,6 @@ def test_an_inference_worker_drops_requests_of_a_replaced_incarnation():
     worker.policy_request(0, layout.ticket(0, 0), 0, 0, int(RowOrigin.AFTER_RESET), False)  # queued before
     worker.policy_request(0, layout.ticket(0, 1), 1, 0, int(RowOrigin.AFTER_RESET), False)
     worker.flush_requests()
-    assert [s for s in sent if s[0] == "advance_0"] == [("advance_0", [1])]
+    assert [s for s in sent if s[0] == "advance_0"] == [("advance_0", 0, [1])]
     assert torch.all(buffers["policy_version"][0, 0] == -7)  # the dead process's slot: untouched
     assert torch.all(buffers["policy_version"][1, 0] == 0)
