@@ -70,13 +70,15 @@ class Config:
     reward_scale: float = flag(1.0, "env", "Rewards are multiplied by this before learning.")
     reward_clip: float = flag(1000.0, "env", "Scaled rewards are clipped to [-reward_clip, reward_clip].")
     env_fault_policy: str = flag(
-        "stop", "env", "When an env raises or a rollout worker process dies or hangs (--heartbeat_timeout): stop "
-        "training (with a checkpoint), or restart and carry on: new envs for that split (its half-finished trajectory "
+        "stop", "env", "When an env raises or a rollout or inference worker process dies or hangs "
+        "(--heartbeat_timeout): stop training (with a checkpoint; a killed inference worker: every component restored "
+        "from the newest checkpoint), or restart and carry on: new envs for that split (its half-finished trajectory "
         "is discarded), or, for a dead or hung worker, a new process for it alone while the others go on "
         "(docs/faults.md). Counted in TensorBoard and training_summary.json.", choices=("stop", "restart"))
     max_worker_replacements: int = flag(
         5, "env", "--env_fault_policy=restart: a rollout worker that needs more replacements than this within "
-        "--worker_replacement_window seconds stops the run (with a checkpoint), naming it and why it died.")
+        "--worker_replacement_window seconds stops the run (with a checkpoint), naming it and why it died; an "
+        "inference worker is then restored with every component from the newest checkpoint (--max_recoveries).")
     worker_replacement_window: float = flag(600.0, "env", "Seconds over which --max_worker_replacements counts.")
     check_env: bool = flag(
         True, "env", "Before anything starts, reset and step one env in the main process and check it keeps the "

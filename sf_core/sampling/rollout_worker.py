@@ -77,10 +77,7 @@ class RolloutWorker(SlotRecovery, Component):
         self.asked: list[tuple[int, int, int, bool]] = [(0, 0, 0, False)] * layout.num_splits  # its last request
         per_policy = cfg.policy_workers_per_policy  # the wiring's: this worker asks inference worker w % n of each
         self.servers = [ControlBlock.server_index(p, worker % per_policy, per_policy) for p in range(cfg.num_policies)]
-        self.server_incarnations = control.servers.numpy() if control is not None else None
         self.held: set[int] = set()  # slots sent to a batcher and not yet freed (sf_core/contracts/slot_holds.py)
-        self.policy_id = buffers["policy_id"].numpy()
-        self.truncated = buffers["truncated"].numpy()
         self.frames = 0
         self.env_seconds = 0.0
         self.env_faults = 0
@@ -96,6 +93,10 @@ class RolloutWorker(SlotRecovery, Component):
 
     @guarded
     def on_start(self) -> None:
+        # numpy views of shared memory, made in this process: one pickled to a spawned process is a private copy
+        self.policy_id = self.buffers["policy_id"].numpy()
+        self.truncated = self.buffers["truncated"].numpy()
+        self.server_incarnations = self.control.servers.numpy() if self.control is not None else None
         if self.control is not None:
             self.incarnation = self.control.incarnation(self.worker)
             self.seed += REPLACEMENT_SEED_STRIDE * self.incarnation
