@@ -302,8 +302,9 @@ def summarize(results: list[RunResult], target: float | None, output: str) -> in
                         if f.served_again_after is not None)
     never = sum(f.served_again_after is None for r in soaked for f in r.injected)
     failed = [k for k, r in enumerate(results) if verdict(r, target)]
-    actions = {what: {"faults": len(t), "recovery_seconds_median": statistics.median(known) if known else None,
-                      "recovery_seconds_max": max(known) if known else None}
+    actions = {what: {"faults": len(t),
+                      "recovery_seconds_median": round(statistics.median(known), 2) if known else None,
+                      "recovery_seconds_max": round(max(known), 2) if known else None}
                for what, t in sorted(by_action([f for r in soaked for f in r.injected]).items())
                for known in [[x for x in t if x is not None]]}
     report = {"runs": [asdict(r) for r in results], "fps_ratio_to_baseline": ratio, "by_action": actions,
