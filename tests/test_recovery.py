@@ -30,6 +30,8 @@ TRAIN = ["--env=CartPole-v1", "--num_workers=2", "--seed=3", "--target_mean_retu
          "--env_vectorization=none", "--learning_rate=3e-4",
          "--train_for_env_steps=1000000", "--train_for_seconds=80", "--experiment_summaries_interval=0.2",
          "--report_interval=0.5"]
+FAST = ["--env=CartPole-v1", "--num_workers=2", "--seed=3", "--target_mean_return=450", "--train_for_seconds=60",
+        "--experiment_summaries_interval=0.2", "--report_interval=0.5"]
 
 
 class Watched:
@@ -131,16 +133,26 @@ def _faults(tmp_path) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("fault_policy", ["restart", "stop"])
-def test_a_killed_inference_worker_costs_no_training(tmp_path, fault_policy):
+def test_a_killed_inference_worker_costs_no_training(tmp_path, fault_policy, monkeypatch):
     """--env_fault_policy=restart: its process alone is replaced (sf_core/run/worker_replacement.py) while the learner
     trains on; stop: every component is restored from the checkpoint the learner saves on the way down."""
-    run = Watched(tmp_path, [*TRAIN, f"--env_fault_policy={fault_policy}"])
-    wait_for(lambda: _live(tmp_path, "policy_version") > 2, 60, "training")
-    learner, inference = run.component("sf:learner"), run.component("sf:inf0")
-    inference.kill()
-    if fault_policy == "restart":
+    if fault_policy == "stop":
+        run = Watched(tmp_path, [*TRAIN, "--env_fault_policy=stop"])
+        wait_for(lambda: _live(tmp_path, "policy_version") > 2, 60, "training")
+        learner, inference = run.component("sf:learner"), run.component("sf:inf0")
+        inference.kill()  # at a random moment: inside a queue operation too (then it could not be replaced alone)
+    else:
+        # killed by its model's forward pass (tests/fault_models.py), never inside a queue operation; the preset's
+        # faster learning: its target a few seconds past the kill
+        monkeypatch.setenv("SF_TEST_INFERENCE_DEATH", str(tmp_path))
+        run = Watched(tmp_path, [*FAST, "--env_module=tests.fault_models", "--encoder_custom=dies_in_inference",
+                                 "--env_fault_policy=restart"])
+        wait_for(lambda: _live(tmp_path, "policy_version") > 2, 60, "training")
+        learner, inference = run.component("sf:learner"), run.component("sf:inf0")
+        (tmp_path / "go").touch()
         wait_for(lambda: any(f["recovered_at"] for f in _faults(tmp_path)), 30, "the replacement serving")
         assert run.component("sf:inf0").pid != inference.pid and run.component("sf:learner").pid == learner.pid
+        assert _live(tmp_path, "time_to_target") == 0, "the target was reached before the replacement served"
     output = run.finish(120)
 
     assert run.proc.returncode == 0, output[-3000:]
