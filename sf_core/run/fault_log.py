@@ -3,9 +3,9 @@ component served again. training_summary.json lists them (`faults`, the last MAX
 replacements (`worker_replacements`, kept across a resume with the checkpoint's counters).
 
 A fault's component is the worker replaced alone (`rollout_worker_0`, `inference_worker_0`), or the process as the
-runner names it (`learner_proc`, `inference_worker_0_proc`, `learner_rank_1`); its times are Unix seconds; recovered_at is None for a fault that
-stopped the run or one the run ended before recovering from; frames_lost counts the trained frames a recovery
-from a checkpoint discarded (sf_core/run/recovery.py)."""
+runner names it (`learner_proc`, `inference_worker_0_proc`, `learner_rank_1`); its times are Unix seconds;
+recovered_at is None for a fault that stopped the run or one the run ended before recovering from; frames_lost
+counts the trained frames a recovery from a checkpoint discarded (sf_core/run/recovery.py)."""
 
 from __future__ import annotations
 

@@ -66,7 +66,8 @@ MAX_WORKER_RESTARTS = 5  # full restarts of a run, when a worker cannot be repla
 @dataclass
 class Verdict:
     # REPLACED; RESTART_ALL: every component restarts from a fresh checkpoint; STOP: the runner's recovery restores
-    # every component from the newest checkpoint where it handles the death (sf_core/run/recovery.py), else the run stops
+    # every component from the newest checkpoint where it handles the death (sf_core/run/recovery.py), else the
+    # run stops
     action: str
     message: str
 
@@ -181,8 +182,8 @@ class WorkerReplacement:
         proc.start()
 
     def kill_hung(self, topology: Topology, now: float) -> list[tuple[str, float, str]]:
-        """Kill every hung rollout or inference worker (its death is then handled by `on_death`); the components silent for
-        longer than --heartbeat_timeout left to the runner (`Heartbeats.stalled`'s). None while a worker killed
+        """Kill every hung rollout or inference worker (its death is then handled by `on_death`); the components silent
+        for longer than --heartbeat_timeout left to the runner (`Heartbeats.stalled`'s). None while a worker killed
         moments ago is not replaced yet: a component blocked behind it may wake up."""
         heartbeats = topology.control.heartbeats if topology.control is not None else None
         left: list[tuple[str, float, str]] = []

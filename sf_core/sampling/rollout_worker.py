@@ -1,6 +1,7 @@
 """Rollout worker: owns envs (in `worker_num_splits` split runners) and steps them on request.
 
-Signals in: advance, resend_requests, slots_freed, stop. Out: policy_request, new_trajectories, report (sf_core/contracts/signals.py).
+Signals in: advance, resend_requests, slots_freed, stop. Out: policy_request, new_trajectories, report
+(sf_core/contracts/signals.py).
 With --env_service, also envs_stepped, from its own split stepper threads (sf_core/sampling/split_stepper.py).
 
 Double buffering: while one split waits for actions, the worker steps another one. A split runner is
