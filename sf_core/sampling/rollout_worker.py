@@ -171,15 +171,18 @@ class RolloutWorker(SlotRecovery, Component):
         slot, row = runner.slot, runner.t
         policies = [0] if self.cfg.num_policies == 1 else self._policies_asked(slot, row, has_truncation)
         self.asked[split] = (slot, row, int(origin), has_truncation)
-        self.awaiting[split] = {}
+        # every answer awaited is known before the first request leaves (an answer may come back within an emit)
+        self.awaiting[split] = {policy: self._server(policy) for policy in policies}
         for policy in policies:
             self._ask(split, policy)
 
+    def _server(self, policy: int) -> int:
+        """The incarnation of the process of `policy`'s inference worker that serves this worker now."""
+        return int(self.server_incarnations[self.servers[policy]]) if self.server_incarnations is not None else 0
+
     def _ask(self, split: int, policy: int) -> None:
-        """Send the split's request to `policy`'s inference worker, its current process named in the ticket."""
-        server = int(self.server_incarnations[self.servers[policy]]) if self.server_incarnations is not None else 0
-        self.awaiting[split][policy] = server
-        ticket = self.layout.ticket(split, self.incarnation, server)
+        """Send the split's request to `policy`'s inference worker, the process named in the ticket."""
+        ticket = self.layout.ticket(split, self.incarnation, self.awaiting[split][policy])
         POLICY_REQUEST.emit_to(self, policy, self.worker, ticket, *self.asked[split])
 
     @guarded
@@ -188,9 +191,10 @@ class RolloutWorker(SlotRecovery, Component):
         answered are sent again (it drops any still queued, so each is answered once)."""
         if self.stopping or self.server_incarnations is None:
             return
-        current = int(self.server_incarnations[self.servers[policy]])
+        current = self._server(policy)
         for split, awaited in enumerate(self.awaiting):
             if awaited.get(policy, current) < current:
+                awaited[policy] = current
                 self._ask(split, policy)
 
     def _policies_asked(self, slot: int, row: int, has_truncation: bool) -> list[int]:
