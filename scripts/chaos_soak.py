@@ -14,7 +14,9 @@ faults go to its sampler actors (--kinds=sampler by default): a sampler's proces
 sf:sampler0, sf:sampler1, ... (sf_core/cluster/sampler.py), is SIGKILLed, and the trainer replaces it
 (sf_core/cluster/ingest.py). On a cluster of several machines only the samplers on this one are found.
 
-Per run it reports every fault (what, when, how long until a process of that name served again) and checks:
+Per run it reports every fault (what, when, how long until a process of that name served again, and what the
+trainer's own fault log says it did: `replaced` alone, `restarted every component`, or `restored every component
+from the newest checkpoint`, with its recovery time) and checks:
 the run ended with exit code 0; its final mean return reached --target (default: the env's solved threshold
 where it has one); the frame counter, read live from training_summary.json, never went backwards; and nothing
 was left behind: no process of the trainer's tree, no new /dev/shm entry. The figures go to --output as JSON.
@@ -26,6 +28,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -52,6 +55,8 @@ class Fault:
     how: str  # "SIGKILL" or "SIGSTOP"
     at: float  # seconds after launch
     served_again_after: float | None = None  # seconds until a new process of that name ran and frames grew
+    action: str | None = None  # what the trainer did about it, from its own fault log (None: not recorded)
+    recovery_seconds: float | None = None  # the trainer's own: from seeing the death to serving or training again
 
 
 @dataclass
@@ -202,6 +207,7 @@ class Soak:
         leftover = [f"{p.pid} {p.name()}" for p in map(_alive, self.seen_pids) if p is not None]
         shm = leaked_shm(shm_before)
         summary = read_summary(self.summary_path)
+        match_actions(self.injected, summary.get("faults", []))
         seconds = summary.get("seconds") or (time.time() - started)
         frames = summary.get("frames") or 0
         cluster = summary.get("cluster") or {}
@@ -209,6 +215,27 @@ class Soak:
                          summary.get("mean_return"), self.backwards, leftover, shm,
                          summary.get("faults", []), cluster.get("events", []), cluster.get("fewest_live_samplers"),
                          self.injected, os.path.join(self.train_dir, "train.log"))
+
+
+def match_actions(injected: list[Fault], recorded: list[dict]) -> None:
+    """Each fault's action and recovery time, from the trainer's fault log: its cause names the pid it saw die (a
+    process killed while every component was already being restored is not in it)."""
+    by_pid = {}
+    for entry in recorded:
+        for pid in re.findall(r"\(pid (\d+)\)", entry.get("cause", ""))[:1]:
+            by_pid.setdefault(int(pid), entry)
+    for fault in injected:
+        entry = by_pid.get(fault.pid)
+        if entry is not None:
+            fault.action, fault.recovery_seconds = entry.get("action"), entry.get("recovery_seconds")
+
+
+def by_action(faults: list[Fault]) -> dict[str, list[float | None]]:
+    """'kind: action' -> the trainer's recovery times of those faults."""
+    found: dict[str, list[float | None]] = {}
+    for fault in faults:
+        found.setdefault(f"{fault.kind}: {fault.action or 'not in the fault log'}", []).append(fault.recovery_seconds)
+    return found
 
 
 def leaked_shm(before: set[str]) -> list[str]:
@@ -305,6 +332,7 @@ def report_line(result: RunResult, target: float | None) -> str:
     return (f"  {result.frames:,} frames in {result.seconds:.0f} s ({result.fps:,.0f}/s), mean return "
             f"{result.mean_return}, {len(result.injected)} faults{ray}, served again after "
             f"{statistics.median(times) if times else '-'} s (median); "
+            + "".join(f"{what} {len(t)}; " for what, t in sorted(by_action(result.injected).items()))
             + ("passed" if not problems else "FAILED: " + "; ".join(problems) + f" (console: {result.log})"))
 
 
@@ -317,7 +345,12 @@ def summarize(results: list[RunResult], target: float | None, output: str) -> in
                         if f.served_again_after is not None)
     never = sum(f.served_again_after is None for r in soaked for f in r.injected)
     failed = [k for k, r in enumerate(results) if verdict(r, target)]
-    report = {"runs": [asdict(r) for r in results], "fps_ratio_to_baseline": ratio,
+    actions = {what: {"faults": len(t),
+                      "recovery_seconds_median": round(statistics.median(known), 2) if known else None,
+                      "recovery_seconds_max": round(max(known), 2) if known else None}
+               for what, t in sorted(by_action([f for r in soaked for f in r.injected]).items())
+               for known in [[x for x in t if x is not None]]}
+    report = {"runs": [asdict(r) for r in results], "fps_ratio_to_baseline": ratio, "by_action": actions,
               "served_again_after_median": statistics.median(recoveries) if recoveries else None,
               "faults_never_served_again": never, "failed_runs": failed, "target": target}
     with open(output, "w") as f:
@@ -325,6 +358,9 @@ def summarize(results: list[RunResult], target: float | None, output: str) -> in
     print(f"frames/s with faults / without: {ratio:.2f}" if ratio else "no baseline run")
     print(f"served again after a fault: median {report['served_again_after_median']} s over "
           f"{len(recoveries)} faults; {never} not seen serving again; failed runs: {failed or 'none'}")
+    for what, found in actions.items():
+        print(f"{what}: {found['faults']} faults, the trainer's recovery time median "
+              f"{found['recovery_seconds_median']} s (max {found['recovery_seconds_max']} s)")
     print(f"results: {output}")
     return 1 if failed else 0
 

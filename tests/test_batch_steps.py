@@ -149,7 +149,7 @@ def test_a_late_slot_does_not_hold_back_the_workers_other_splits(slow_server):
         hung = next(s for s, r in enumerate(worker.runners) if r.envs[0].slot.index == 3)
         started = time.monotonic()
         for split in range(4):
-            worker.advance([split])
+            worker.advance(0, [split])
         arrivals = [stepped.get(timeout=5) for _ in range(4)]
         assert {s for s, _ in arrivals[:3]} == set(range(4)) - {hung} and arrivals[3][0] == hung
         assert max(t for _, t in arrivals[:3]) - started < 0.5, "the other splits waited for the late slot"
@@ -161,7 +161,7 @@ def test_a_late_slot_does_not_hold_back_the_workers_other_splits(slow_server):
         assert reports[-1].service.slot_faults == 1 and reports[-1].service.slot_counts["error"] == 1
         assert all(worker.runners[s].t == 1 for s in range(4) if s != hung)
         for split in set(range(4)) - {hung}:  # the healthy splits go on stepping
-            worker.advance([split])
+            worker.advance(0, [split])
             assert stepped.get(timeout=5)[0] == split
             worker.envs_stepped(split)
             assert worker.runners[split].t == 2

@@ -307,7 +307,7 @@ def test_failed_slot_drops_the_unfinished_trajectory_and_the_split_waits_for_a_s
 
         def advance() -> None:
             """Actions are in: the split steps on its thread, and the worker carries on here."""
-            worker.advance([0])
+            worker.advance(0, [0])
             if worker.steppers.in_flight:
                 worker.envs_stepped(stepped.get(timeout=10))
 

@@ -1,5 +1,6 @@
 """A trainer that outlives the death of its learner or an inference worker (sf_core/run/recovery.py): every
-component is restored from the newest checkpoint within the same command, the recovery is counted with what it
+component is restored from the newest checkpoint within the same command (an inference worker's process is replaced
+alone under --env_fault_policy=restart: sf_core/run/worker_replacement.py), the recovery is counted with what it
 lost, the frame counter never goes back, and nothing is left behind (tests/conftest.py checks processes and
 /dev/shm after each test). A dead learner rank: tests/test_learner_group.py.
 
@@ -29,6 +30,8 @@ TRAIN = ["--env=CartPole-v1", "--num_workers=2", "--seed=3", "--target_mean_retu
          "--env_vectorization=none", "--learning_rate=3e-4",
          "--train_for_env_steps=1000000", "--train_for_seconds=80", "--experiment_summaries_interval=0.2",
          "--report_interval=0.5"]
+FAST = ["--env=CartPole-v1", "--num_workers=2", "--seed=3", "--target_mean_return=450", "--train_for_seconds=60",
+        "--experiment_summaries_interval=0.2", "--report_interval=0.5"]
 
 
 class Watched:
@@ -120,25 +123,54 @@ def test_a_killed_learner_resumes_from_its_last_checkpoint_and_reaches_its_targe
     assert _console_frames(output) == sorted(_console_frames(output))
 
 
+def _faults(tmp_path) -> list[dict]:
+    try:
+        return read_summary(tmp_path).get("faults") or []
+    except json.JSONDecodeError:  # read while the runner replaced it
+        return []
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-def test_a_killed_inference_worker_costs_no_training(tmp_path):
-    run = Watched(tmp_path, TRAIN)
-    wait_for(lambda: _live(tmp_path, "policy_version") > 2, 60, "training")
-    inference = run.component("sf:inf0")
-    inference.kill()
+@pytest.mark.parametrize("fault_policy", ["restart", "stop"])
+def test_a_killed_inference_worker_costs_no_training(tmp_path, fault_policy, monkeypatch):
+    """--env_fault_policy=restart: its process alone is replaced (sf_core/run/worker_replacement.py) while the learner
+    trains on; stop: every component is restored from the checkpoint the learner saves on the way down."""
+    if fault_policy == "stop":
+        run = Watched(tmp_path, [*TRAIN, "--env_fault_policy=stop"])
+        wait_for(lambda: _live(tmp_path, "policy_version") > 2, 60, "training")
+        learner, inference = run.component("sf:learner"), run.component("sf:inf0")
+        inference.kill()  # at a random moment: inside a queue operation too (then it could not be replaced alone)
+    else:
+        # killed by its model's forward pass (tests/fault_models.py), never inside a queue operation; the preset's
+        # faster learning: its target a few seconds past the kill
+        monkeypatch.setenv("SF_TEST_INFERENCE_DEATH", str(tmp_path))
+        run = Watched(tmp_path, [*FAST, "--env_module=tests.fault_models", "--encoder_custom=dies_in_inference",
+                                 "--env_fault_policy=restart"])
+        wait_for(lambda: _live(tmp_path, "policy_version") > 2, 60, "training")
+        learner, inference = run.component("sf:learner"), run.component("sf:inf0")
+        (tmp_path / "go").touch()
+        wait_for(lambda: any(f["recovered_at"] for f in _faults(tmp_path)), 30, "the replacement serving")
+        assert run.component("sf:inf0").pid != inference.pid and run.component("sf:learner").pid == learner.pid
+        assert _live(tmp_path, "time_to_target") == 0, "the target was reached before the replacement served"
     output = run.finish(120)
 
     assert run.proc.returncode == 0, output[-3000:]
     summary = read_summary(tmp_path)
     assert summary["time_to_target"] is not None, summary
+    assert run.frames == sorted(run.frames)
     [fault] = summary["faults"]
-    assert fault["component"] == "inference_worker_0_proc" and fault["at"] < fault["recovered_at"]
+    assert fault["at"] < fault["recovered_at"] and fault["frames_lost"] == summary["trained_frames_lost"]
+    if fault_policy == "restart":
+        assert fault["component"] == "inference_worker_0" and fault["action"] == "replaced", output[-3000:]
+        assert fault["cause"] == f"process inference_worker_0_proc (pid {inference.pid}) died with exit code -9"
+        assert summary["recoveries"] == 0 and summary["trained_frames_lost"] == 0
+        assert summary["worker_replacements"] == 1 and "inference_worker_0 serves again" in output
+        return
+    assert fault["component"] == "inference_worker_0_proc" and summary["recoveries"] == 1
     # the learner saved on the way down: the recovery restores the weights it had. Unless the worker died holding
     # the shared weights' lock: the learner then waits for it, is killed, and the recovery rolls back (rare)
-    assert fault["frames_lost"] == summary["trained_frames_lost"]
     assert fault["frames_lost"] == 0 or "learner_proc did not stop in 6s: killing it" in output, output[-3000:]
-    assert run.frames == sorted(run.frames)
 
 
 @pytest.mark.slow

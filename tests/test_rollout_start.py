@@ -80,5 +80,5 @@ def test_actions_that_arrive_after_stop_are_not_stepped():
     worker.emit = lambda *args, **kwargs: None
     worker.on_start()
     worker.stop()
-    worker.advance([0])  # stepped the closed envs before
+    worker.advance(0, [0])  # stepped the closed envs before
     assert worker.runners[0].t == 0

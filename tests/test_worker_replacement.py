@@ -361,9 +361,10 @@ def test_a_queue_whose_reader_died_waiting_on_it_serves_a_polling_reader():
             reader.join()
 
 
-def _replacement_worker():
+def _replacement_worker(replaced: bool = True):
     """A rollout worker in its second incarnation (serial, on this thread) whose predecessor left every slot of
-    its one split with a batcher; the signals it emits are recorded."""
+    its one split with a batcher (`replaced`; else the first, with every slot free); the signals it emits are
+    recorded."""
     from signal_slot.signal_slot import EventLoop
 
     from sf_core.cli.arguments import parse_args
@@ -379,10 +380,11 @@ def _replacement_worker():
     assert layout.sets_per_split >= 2
     buffers = TrajectoryBuffers(layout, SampleSpaces(gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
                                                      gym.spaces.Discrete(2)))
-    control = ControlBlock(None, 1)
-    assert control.next_incarnation(0) == 1
-    for slot in range(layout.sets_per_split):
-        buffers.holds.hold(0, slot)
+    control = ControlBlock(None, 1, 1)
+    if replaced:
+        assert control.next_incarnation(0) == 1
+        for slot in range(layout.sets_per_split):
+            buffers.holds.hold(0, slot)
     worker = RolloutWorker(EventLoop("replacement_loop", serial_mode=True), 0, cfg, EnvRegistry(), buffers, layout,
                            0, control)
     sent: list[tuple] = []
@@ -395,7 +397,7 @@ def test_a_replacement_worker_waits_for_the_slots_a_batcher_holds_and_ignores_st
     try:
         worker.on_start()
         assert worker.unstarted == {0} and not [s for s in sent if s[0] == "policy_request_0"]
-        worker.advance([0])  # an answer to the dead predecessor's request (ticket of incarnation 0): not stepped
+        worker.advance(0, [0])  # an answer to the dead predecessor's request (ticket of incarnation 0): not stepped
         worker.slots_freed([1])  # meant for the predecessor: the batcher still holds slot 1
         assert worker.unstarted == {0} and not [s for s in sent if s[0] == "policy_request_0"]
         buffers.holds.release(0, 1)  # the batcher copied it and let it go
@@ -404,7 +406,7 @@ def test_a_replacement_worker_waits_for_the_slots_a_batcher_holds_and_ignores_st
         requests = [s for s in sent if s[0] == "policy_request_0"]
         assert [(r[2], r[3], r[4]) for r in requests] == [(1, 1, 0)]  # ticket 1 (split 0, incarnation 1), slot 1
         assert list(worker.runners[0].free_sets) == [] and worker.held == set(range(worker.layout.sets_per_split)) - {1}
-        worker.advance([1])
+        worker.advance(0, [1])
         assert worker.runners[0].t == 1
         worker.send_report()
         assert {s[1].incarnation for s in sent if s[0] == "report"} == {1}
@@ -412,14 +414,35 @@ def test_a_replacement_worker_waits_for_the_slots_a_batcher_holds_and_ignores_st
         worker.stop()
 
 
-def test_an_inference_worker_drops_requests_of_a_replaced_incarnation():
+def test_a_rollout_worker_sends_again_what_a_dead_inference_worker_did_not_answer():
+    worker, _, sent = _replacement_worker(replaced=False)
+    layout = worker.layout
+    try:
+        worker.on_start()
+        [first] = [s for s in sent if s[0] == "policy_request_0"]
+        assert first[2] == layout.ticket(0, 0, 0)
+        assert worker.control.next_server_incarnation(0) == 1  # the runner, before the new process starts
+        worker.resend_requests(0)  # the new process serves
+        worker.resend_requests(0)  # once is enough: the request to it is not sent twice
+        again = [s for s in sent if s[0] == "policy_request_0"][1:]
+        assert [r[2] for r in again] == [layout.ticket(0, 0, 1)] and again[0][3:] == first[3:]  # the same row
+        worker.advance(0, [first[2]])  # the dead process answered before it died: not stepped
+        assert worker.runners[0].t == 0
+        worker.advance(0, [again[0][2]])
+        assert worker.runners[0].t == 1
+        assert [s for s in sent if s[0] == "policy_request_0"][-1][2] == layout.ticket(0, 0, 1)  # the next, to it
+    finally:
+        worker.stop()
+
+
+def _inference_worker(control):
+    """An inference worker (serial, on this thread) of one rollout worker's one split; what it emits is recorded."""
     from signal_slot.signal_slot import EventLoop
 
     from sf_core.algo.model import ActorCritic, ModelSpec
     from sf_core.config import Config
     from sf_core.contracts.buffers import BufferLayout, NoLock, SharedWeights, TrajectoryBuffers
-    from sf_core.contracts.control import ControlBlock
-    from sf_core.contracts.sample import RowOrigin, SampleSpaces
+    from sf_core.contracts.sample import SampleSpaces
     from sf_core.sampling.inference_worker import InferenceWorker
 
     obs = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
@@ -428,18 +451,44 @@ def test_an_inference_worker_drops_requests_of_a_replaced_incarnation():
     layout, spec = BufferLayout.from_config(cfg), ModelSpec.from_config(cfg)
     model = ActorCritic(obs, gym.spaces.Discrete(2), spec)
     buffers = TrajectoryBuffers(layout, SampleSpaces(obs, gym.spaces.Discrete(2), model.rnn_state_size))
-    control = ControlBlock(None, 1)
     worker = InferenceWorker(EventLoop("stale_inference_loop", serial_mode=True), 0, cfg, buffers,
                              SharedWeights(model, NoLock()), layout, obs, gym.spaces.Discrete(2), spec, "cpu", 0,
                              control)
-    worker.on_start()
     sent: list[tuple] = []
     worker.emit = lambda name, *args: sent.append((name, *args))
     buffers["policy_version"][:] = -7
+    return worker, layout, buffers, sent
+
+
+def test_an_inference_worker_drops_requests_of_a_replaced_incarnation():
+    from sf_core.contracts.control import ControlBlock
+    from sf_core.contracts.sample import RowOrigin
+
+    control = ControlBlock(None, 1, 1)
+    worker, layout, buffers, sent = _inference_worker(control)
+    worker.on_start()
+    assert not [s for s in sent if s[0] == "resend_requests_0"]
     control.next_incarnation(0)
     worker.policy_request(0, layout.ticket(0, 0), 0, 0, int(RowOrigin.AFTER_RESET), False)  # queued before
     worker.policy_request(0, layout.ticket(0, 1), 1, 0, int(RowOrigin.AFTER_RESET), False)
     worker.flush_requests()
-    assert [s for s in sent if s[0] == "advance_0"] == [("advance_0", [1])]
+    assert [s for s in sent if s[0] == "advance_0"] == [("advance_0", 0, [1])]
     assert torch.all(buffers["policy_version"][0, 0] == -7)  # the dead process's slot: untouched
     assert torch.all(buffers["policy_version"][1, 0] == 0)
+
+
+def test_a_replacement_inference_worker_drops_requests_sent_to_its_predecessor_and_asks_for_them_again():
+    from sf_core.contracts.control import ControlBlock
+    from sf_core.contracts.sample import RowOrigin
+
+    control = ControlBlock(None, 1, 1)
+    control.next_server_incarnation(0)  # the runner, before the new process starts
+    worker, layout, buffers, sent = _inference_worker(control)
+    worker.on_start()
+    assert sent == [("resend_requests_0", 0)]  # once its weights are loaded
+    worker.policy_request(0, layout.ticket(0, 0, 0), 0, 0, int(RowOrigin.AFTER_RESET), False)  # sent to the dead one
+    worker.policy_request(0, layout.ticket(0, 0, 1), 0, 0, int(RowOrigin.AFTER_RESET), False)  # sent again
+    worker.flush_requests()
+    assert [s for s in sent if s[0] == "advance_0"] == [("advance_0", 0, [layout.ticket(0, 0, 1)])]
+    assert torch.all(buffers["policy_version"][0, 0] == 0)
+    assert [s[1].incarnation for s in sent if s[0] == "report"] == [1]  # its first answers are reported at once

@@ -21,6 +21,10 @@ from sf_core.contracts.sample import FIELD, FIELDS, SampleSpaces, batch_tensors
 from sf_core.contracts.slot_holds import SlotHolds
 
 
+SERVER_SHIFT = 32  # a ticket's low bits name the split and its worker's incarnation; the high ones, the server's
+WORKER_BITS = (1 << SERVER_SHIFT) - 1
+
+
 @dataclass(frozen=True)
 class BufferLayout:
     num_workers: int
@@ -82,16 +86,22 @@ class BufferLayout:
     def worker_of_slot(self, slot: int) -> int:
         return slot // (self.sets_per_split * self.num_splits)
 
-    def ticket(self, split: int, incarnation: int) -> int:
-        """What a policy request names a split by: the split, and which process of its worker asked
-        (sf_core/contracts/control.py, incarnations), so an answer meant for a dead process is told apart."""
-        return split + self.num_splits * incarnation
+    def ticket(self, split: int, incarnation: int, server: int = 0) -> int:
+        """What a policy request names a split by: the split, which process of its worker asked, and which process
+        of the inference worker it asked (sf_core/contracts/control.py, incarnations), so an answer meant for a dead
+        process, or given by one, is told apart."""
+        return split + self.num_splits * incarnation + (server << SERVER_SHIFT)
 
     def split_of(self, ticket: int) -> int:
-        return ticket % self.num_splits
+        return (ticket & WORKER_BITS) % self.num_splits
 
     def incarnation_of(self, ticket: int) -> int:
-        return ticket // self.num_splits
+        return (ticket & WORKER_BITS) // self.num_splits
+
+    @staticmethod
+    def server_of(ticket: int) -> int:
+        """The incarnation of the inference worker the request was sent to."""
+        return ticket >> SERVER_SHIFT
 
 
 def _shared(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

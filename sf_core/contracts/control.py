@@ -3,9 +3,10 @@
 - Heartbeats: each component stamps (time, activity) as it works.
 - The stop flag: set by the runner when it stops, before it emits `stop`; the learner then skips the
   datasets queued behind the stop and saves its checkpoint right away.
-- Incarnations: how many times each rollout worker's process was replaced (sf_core/run/worker_replacement.py).
-  A worker tags its policy requests with its own; an inference worker drops a request of an earlier
-  incarnation (a dead process's), and a worker ignores the answers meant for one.
+- Incarnations: how many times each rollout worker's and each inference worker's process was replaced
+  (sf_core/run/worker_replacement.py). A worker tags its policy requests with its own and with its inference
+  worker's; an inference worker drops a request of an earlier incarnation of either (a dead process's, or one sent
+  to a dead process), and a worker ignores the answers to one.
 
 On heartbeats:
 
@@ -79,12 +80,14 @@ class Heartbeats:
 
 class ControlBlock:
     """Heartbeats (async mode only: in serial mode the runner's own loop is the only one), the stop flag and
-    the rollout workers' incarnations."""
+    the incarnations of the rollout workers and of the inference workers (`servers`: policy p's i-th at
+    p × inference workers per policy + i, `server_index`)."""
 
-    def __init__(self, heartbeat_names: list[str] | None, num_workers: int = 0):
+    def __init__(self, heartbeat_names: list[str] | None, num_workers: int = 0, num_servers: int = 0):
         self.heartbeats = Heartbeats(heartbeat_names) if heartbeat_names is not None else None
         self._stop = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.incarnations = torch.zeros(max(num_workers, 1), dtype=torch.int64).share_memory_()
+        self.servers = torch.zeros(max(num_servers, 1), dtype=torch.int64).share_memory_()
 
     def incarnation(self, worker: int) -> int:
         return int(self.incarnations.numpy()[worker])
@@ -93,6 +96,19 @@ class ControlBlock:
         """The runner, before it starts a new process for rollout worker `worker`."""
         self.incarnations[worker] += 1
         return int(self.incarnations[worker])
+
+    @staticmethod
+    def server_index(policy: int, index: int, per_policy: int) -> int:
+        """Where inference worker `index` of `policy` is in `servers` (`per_policy`: --policy_workers_per_policy)."""
+        return policy * per_policy + index
+
+    def server_incarnation(self, server: int) -> int:
+        return int(self.servers.numpy()[server])
+
+    def next_server_incarnation(self, server: int) -> int:
+        """The runner, before it starts a new process for that inference worker."""
+        self.servers[server] += 1
+        return int(self.servers[server])
 
     def request_stop(self) -> None:
         self._stop[0] = 1

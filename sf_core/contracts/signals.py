@@ -150,6 +150,7 @@ class InferenceReport:
     batches: int
     seconds: float
     version: int = -1  # of the weights its latest forward pass acted with: shows each worker takes new ones
+    incarnation: int = 0  # of the worker's process: 1 and up for a replacement (sf_core/run/worker_replacement.py)
 
 
 @dataclass
@@ -197,8 +198,9 @@ Report = (RolloutReport | InferenceReport | LearnerReport | SamplerReport | Lear
 def _policy_request(worker: int, split: int, slot: int, row: int, origin: int, has_truncation: bool) -> None:
     """A split's observations are in `row` of `slot`: act on them. `origin` is why, a `RowOrigin` (the
     row-0 rule, sf_core/contracts/sample.py); `has_truncation`: an env of the split was cut by a time limit on the
-    previous row. `split` is the split's ticket (`BufferLayout.ticket`: the split and the incarnation of the
-    worker's process that asked); a request of an incarnation that is no longer current is dropped."""
+    previous row. `split` is the split's ticket (`BufferLayout.ticket`: the split, and the incarnations of the
+    worker's process that asked and of the inference worker's it asked); a request of an incarnation that is no
+    longer current is dropped."""
 
 
 POLICY_REQUEST = RoutedSignal("policy_request", _policy_request, "rollout worker",
@@ -214,12 +216,21 @@ def _flush_requests() -> None:
 FLUSH_REQUESTS = Signal("flush_requests", _flush_requests, "inference worker", "the same inference worker")
 
 
-def _advance(splits: list[int]) -> None:
-    """Actions, log-probs, values and the policy version are in the buffers for these splits' rows:
-    step them (`splits`: the requests' tickets, as they were sent)."""
+def _advance(policy: int, splits: list[int]) -> None:
+    """Actions, log-probs, values and the policy version are in the buffers for these splits' rows, from an
+    inference worker of `policy`: step them (`splits`: the requests' tickets, as they were sent)."""
 
 
 ADVANCE = RoutedSignal("advance", _advance, "inference worker", "rollout worker w (once per policy asked)")
+
+
+def _resend_requests(policy: int) -> None:
+    """A new process serves for an inference worker of `policy` whose process died, with the current weights:
+    send it again each request sent to the dead one and not answered (sf_core/run/worker_replacement.py)."""
+
+
+RESEND_REQUESTS = RoutedSignal("resend_requests", _resend_requests, "a replacement inference worker",
+                               "each rollout worker w it serves")
 
 
 def _envs_stepped(split: int) -> None:
@@ -331,6 +342,6 @@ def _stop() -> None:
 STOP = Signal("stop", _stop, "runner", "every component")
 
 
-ALL: tuple[Signal, ...] = (POLICY_REQUEST, FLUSH_REQUESTS, ADVANCE, ENVS_STEPPED, NEW_TRAJECTORIES, BATCH_READY,
-                           BATCH_CONSUMED, SLOTS_FREED, SHARD_TAKEN, SHARDS_ARRIVED, SAVE_CHECKPOINT, PBT_REPLACE,
-                           CHECKPOINT_SAVED, EVALUATE, REPORT, COMPONENT_ERROR, STOP)
+ALL: tuple[Signal, ...] = (POLICY_REQUEST, FLUSH_REQUESTS, ADVANCE, RESEND_REQUESTS, ENVS_STEPPED, NEW_TRAJECTORIES,
+                           BATCH_READY, BATCH_CONSUMED, SLOTS_FREED, SHARD_TAKEN, SHARDS_ARRIVED, SAVE_CHECKPOINT,
+                           PBT_REPLACE, CHECKPOINT_SAVED, EVALUATE, REPORT, COMPONENT_ERROR, STOP)

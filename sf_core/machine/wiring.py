@@ -186,7 +186,8 @@ def build_components(setup: Setup, runner: Component, sink: DatasetSink | None =
     layout = BufferLayout.from_config(cfg, setup.agents_per_env)
     spec = setup.models[0].spec
     buffers = TrajectoryBuffers(layout, SampleSpaces(setup.obs_space, setup.action_space, setup.models[0].rnn_state_size))
-    control = ControlBlock(None if cfg.serial_mode else component_names(cfg, sink), cfg.num_workers)
+    control = ControlBlock(None if cfg.serial_mode else component_names(cfg, sink), cfg.num_workers,
+                           cfg.num_policies * cfg.policy_workers_per_policy)
     topology = Topology(control=control)
     for model, version in zip(setup.models, setup.versions):
         topology.weights.append(SharedWeights(model, make_lock(cfg.serial_mode, ctx)))
@@ -293,6 +294,7 @@ def _connect(runner: Component, components: list[Component], workers: list[Rollo
             server = pc.inference[w % len(pc.inference)]
             sig.POLICY_REQUEST.connect_to(worker, p, server.policy_request)
             sig.ADVANCE.connect_to(server, w, worker.advance)
+            sig.RESEND_REQUESTS.connect_to(server, w, worker.resend_requests)
             sig.NEW_TRAJECTORIES.connect_to(worker, p, pc.batcher.new_trajectories)
             sig.SLOTS_FREED.connect_to(pc.batcher, w, worker.slots_freed)
         sig.BATCH_READY.connect(pc.batcher, pc.learner.batch_ready)

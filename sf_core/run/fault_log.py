@@ -2,10 +2,10 @@
 component served again. training_summary.json lists them (`faults`, the last MAX_KEPT), and counts the
 replacements (`worker_replacements`, kept across a resume with the checkpoint's counters).
 
-A fault's component is the process as the runner names it (`rollout_worker_0_proc`, `learner_proc`,
-`inference_worker_0_proc`, `learner_rank_1`); its times are Unix seconds; recovered_at is None for a fault that
-stopped the run or one the run ended before recovering from; frames_lost counts the trained frames a recovery
-from a checkpoint discarded (sf_core/run/recovery.py)."""
+A fault's component is the worker replaced alone (`rollout_worker_0`, `inference_worker_0`), or the process as the
+runner names it (`learner_proc`, `inference_worker_0_proc`, `learner_rank_1`); its times are Unix seconds;
+recovered_at is None for a fault that stopped the run or one the run ended before recovering from; frames_lost
+counts the trained frames a recovery from a checkpoint discarded (sf_core/run/recovery.py)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class Fault:
 class FaultLog:
     def __init__(self):
         self.faults: list[Fault] = []
-        self.worker_replacements = 0  # rollout worker processes replaced alone, over every session
+        self.worker_replacements = 0  # rollout and inference worker processes replaced alone, over every session
 
     def record(self, component: str, cause: str, action: str, at: float, frames: int) -> Fault:
         fault = Fault(component, cause, action, at, frames)

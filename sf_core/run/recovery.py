@@ -1,4 +1,6 @@
 """Recovery: a run that outlives the death of its learner's process, a learner rank or an inference worker.
+(Under --env_fault_policy=restart an inference worker's process is replaced alone where that is safe:
+sf_core/run/worker_replacement.py; this is what it falls back to.)
 
 Such a process cannot be replaced alone: a learner or inference worker held faster-fifo queues and the shared
 weights' lock, whose mutexes are not robust (a process killed inside one leaves it locked for good), and every

@@ -1,4 +1,4 @@
-"""Replacing a dead or hung rollout worker alone (--env_fault_policy=restart; docs/faults.md).
+"""Replacing a dead or hung rollout worker or inference worker alone (--env_fault_policy=restart; docs/faults.md).
 
 A rollout worker's process that dies (a segfault in an env's C library, the kernel's OOM killer, kill -9) or
 hangs (no heartbeat for --heartbeat_timeout: an env step that never returns, SIGSTOP; it is killed first) is
@@ -24,6 +24,17 @@ runner enters each queue the dead worker read or wrote, each for at most QUEUE_P
 component from a fresh checkpoint, with new queues (at most MAX_WORKER_RESTARTS times). A component that blocked
 on such a queue before that stops heartbeating, and is handled as a hung one: a rollout worker is killed and goes
 the same way; any other stops the run, naming it.
+
+An inference worker's process is replaced the same way (same routing, queue probes and caps), and besides:
+- Its requests. Its incarnation goes up before it starts (ControlBlock.servers), and each request's ticket names the
+  incarnation of the inference worker it was sent to. The new process loads the current weights, drops the requests
+  sent to its predecessor, then tells the rollout workers it serves to send again those not answered yet
+  (resend_requests): each is answered once, by it, and an answer the dead process gave meanwhile is not stepped.
+- What it cannot survive, where every component is restored from the newest checkpoint instead (the runner's
+  recovery, sf_core/run/recovery.py, as with --env_fault_policy=stop): a queue left locked; the shared weights' lock
+  left taken (a semaphore, not robust either: the learner could no longer publish); a recurrent policy (the process
+  may have moved an env's recurrent state on for a request it never answered, and the request sent again would act
+  from that); more than --max_worker_replacements replacements within --worker_replacement_window.
 """
 
 from __future__ import annotations
@@ -35,12 +46,13 @@ from collections import deque
 from dataclasses import dataclass
 
 from sf_core.config import Config
-from sf_core.contracts.component import Routing
+from sf_core.contracts.component import Component, Routing
 from sf_core.contracts.control import ControlBlock
-from sf_core.contracts.signals import Report, RolloutReport
+from sf_core.contracts.signals import InferenceReport, Report, RolloutReport
 from sf_core.machine.wiring import Topology
 from sf_core.run.fault_log import REPLACED, RESTARTED_ALL, STOPPED, Fault
 from sf_core.run.stats import TrainingStats
+from sf_core.sampling.inference_worker import InferenceWorker
 from sf_core.sampling.rollout_worker import RolloutWorker
 
 log = logging.getLogger("sf_core")
@@ -53,7 +65,10 @@ MAX_WORKER_RESTARTS = 5  # full restarts of a run, when a worker cannot be repla
 
 @dataclass
 class Verdict:
-    action: str  # REPLACED; RESTART_ALL: every component restarts from a fresh checkpoint; STOP: the run stops
+    # REPLACED; RESTART_ALL: every component restarts from a fresh checkpoint; STOP: the runner's recovery restores
+    # every component from the newest checkpoint where it handles the death (sf_core/run/recovery.py), else the
+    # run stops
+    action: str
     message: str
 
 
@@ -63,9 +78,10 @@ class WorkerReplacement:
         self.enabled, self.limit, self.window, self.heartbeat_timeout = enabled, limit, window, heartbeat_timeout
         self.replaced_at: dict[str, deque[float]] = {}  # worker -> when it was replaced, within the window
         self.killed: dict[int, tuple[str, float]] = {}  # pid of a hung worker killed -> (why, when)
-        # worker index -> its fault, and the incarnation of its new process in the topology's control block then
-        # (None: every component restarts; any report from a later topology's is its new process's)
-        self.recovering: dict[int, tuple[Fault, int | None, ControlBlock | None]] = {}
+        # ("rollout", worker) or ("inference", policy, index) -> its fault, and the incarnation of its new process in
+        # the topology's control block then (None: every component restarts; any report from a later topology's is
+        # its new process's)
+        self.recovering: dict[tuple, tuple[Fault, int | None, ControlBlock | None]] = {}
 
     @classmethod
     def for_run(cls, cfg: Config, serial: bool) -> "WorkerReplacement":
@@ -76,32 +92,68 @@ class WorkerReplacement:
     def on_death(self, proc, died: str, topology: Topology, stats: TrainingStats, now: float,
                  running: bool) -> Verdict:
         """What to do now that `proc` is dead (`died` says how): replace it alone, restart every component
-        or stop the run. `running`: no stop condition was met yet."""
+        or stop the run (for an inference worker: hand it to the runner's recovery). `running`: no stop condition
+        was met yet."""
         can_restart_all = running and self.may_restart_all(proc, topology, stats)
         worker = getattr(proc, "reporter", None)
-        if not self.enabled or not isinstance(worker, RolloutWorker):
+        servers = _servers(proc, topology)
+        if not self.enabled or not (isinstance(worker, RolloutWorker) or servers):
             return Verdict(RESTART_ALL, _count_restart(stats, died)) if can_restart_all else Verdict(STOP, died)
         cause = self.killed.pop(proc.pid, (died, now))[0]
-        times = self.replaced_at.setdefault(worker.name, deque())
-        while times and now - times[0] > self.window:
-            times.popleft()
+        if servers:
+            return self._replace_servers(proc, servers, cause, topology, stats, now)
+        assert isinstance(worker, RolloutWorker)
+        times = self._recent(worker.name, now)
         if len(times) >= self.limit:
-            return self._not_alone(worker, topology, stats, now, STOP, (
-                f"{cause}; it was already replaced {len(times)} times within {self.window:g}s "
-                f"(--max_worker_replacements={self.limit}, --worker_replacement_window={self.window:g})"))
+            return self._not_alone(worker, topology, stats, now, STOP, f"{cause}; {self._spent(len(times))}")
         locked = Routing.locked_queues(worker, QUEUE_PROBE_SEC)
         if locked:
             return self._not_alone(worker, topology, stats, now, RESTART_ALL if can_restart_all else STOP, (
                 f"{cause}; the signal queue of {', '.join(locked)} stays locked (the process died inside a put or "
                 f"get): it cannot be replaced alone"))
-        incarnation = self._restart(proc, worker, topology)
-        times.append(now)
-        fault = stats.faults.record(worker.name, cause, REPLACED, now, stats.frames)
-        self.recovering[worker.worker] = (fault, incarnation, topology.control)
-        log.warning("%s: %s; --env_fault_policy=restart: replacing it alone (replacement %d of this worker within "
-                    "%gs; at most %d: --max_worker_replacements)", worker.name, cause, len(times), self.window,
-                    self.limit)
+        control = topology.control
+        assert control is not None and control.heartbeats is not None, "async mode has a control block"
+        incarnation = control.next_incarnation(worker.worker)  # before it can send a request
+        self._start_again(proc, [worker], control)
+        self._replaced(worker, _key(worker), incarnation, cause, times, stats, now, control)
         return Verdict(REPLACED, cause)
+
+    def _replace_servers(self, proc, servers: list[InferenceWorker], cause: str, topology: Topology,
+                         stats: TrainingStats, now: float) -> Verdict:
+        """An inference worker's process (with several policies it may serve each of them): replaced alone where
+        that is safe; else the verdict STOP hands it to the runner's recovery, which restores every component from
+        the newest checkpoint (sf_core/run/recovery.py)."""
+        reporter = servers[0]
+        times = self._recent(reporter.name, now)
+        unsafe = _unsafe(servers) if len(times) < self.limit else f"{self._spent(len(times))}, not alone again"
+        if unsafe:
+            return Verdict(STOP, f"{cause}; {unsafe}")
+        control = topology.control
+        assert control is not None and control.heartbeats is not None, "async mode has a control block"
+        incarnations = [control.next_server_incarnation(server.server) for server in servers]  # before it serves
+        self._start_again(proc, servers, control)
+        self._replaced(reporter, _key(reporter), incarnations[0], cause, times, stats, now, control)
+        return Verdict(REPLACED, cause)
+
+    def _recent(self, name: str, now: float) -> deque[float]:
+        """When `name` was replaced within the window."""
+        times = self.replaced_at.setdefault(name, deque())
+        while times and now - times[0] > self.window:
+            times.popleft()
+        return times
+
+    def _spent(self, count: int) -> str:
+        return (f"it was already replaced {count} times within {self.window:g}s "
+                f"(--max_worker_replacements={self.limit}, --worker_replacement_window={self.window:g})")
+
+    def _replaced(self, component: Component, key: tuple, incarnation: int, cause: str, times: deque[float],
+                  stats: TrainingStats, now: float, control: ControlBlock) -> None:
+        times.append(now)
+        fault = stats.faults.record(component.name, cause, REPLACED, now, stats.frames)
+        self.recovering[key] = (fault, incarnation, control)
+        log.warning("%s: %s; --env_fault_policy=restart: replacing it alone (replacement %d of this worker within "
+                    "%gs; at most %d: --max_worker_replacements)", component.name, cause, len(times), self.window,
+                    self.limit)
 
     def may_restart_all(self, dead, topology: Topology, stats: TrainingStats) -> bool:
         """Every component may restart after `dead`'s death: only a rollout worker's, while the learners can save."""
@@ -115,32 +167,30 @@ class WorkerReplacement:
         fault = stats.faults.record(worker.name, why, RESTARTED_ALL if action == RESTART_ALL else STOPPED, now,
                                     stats.frames)
         if action == RESTART_ALL:
-            self.recovering[worker.worker] = (fault, None, topology.control)
+            self.recovering[_key(worker)] = (fault, None, topology.control)
             _count_restart(stats, why)
         return Verdict(action, why)
 
     @staticmethod
-    def _restart(proc, worker: RolloutWorker, topology: Topology) -> int:
-        """A new process for `worker`: a new incarnation (before it can send a request) and a fresh heartbeat.
-        Returns the incarnation."""
-        control = topology.control
-        assert control is not None and control.heartbeats is not None, "async mode has a control block"
-        incarnation = control.next_incarnation(worker.worker)
-        control.heartbeats.restart(worker.name)
+    def _start_again(proc, components: list[Component], control: ControlBlock) -> None:
+        """A new process for `components` (their incarnations raised already), with fresh heartbeats."""
+        assert control.heartbeats is not None
+        for component in components:
+            control.heartbeats.restart(component.name)
         Routing.poll_only(proc.event_loop)  # the dead process may have been waiting on it (PollingQueue says why)
         proc.renew()
         proc.start()
-        return incarnation
 
     def kill_hung(self, topology: Topology, now: float) -> list[tuple[str, float, str]]:
-        """Kill every hung rollout worker (its death is then handled by `on_death`); the components silent for
-        longer than --heartbeat_timeout left to the runner (`Heartbeats.stalled`'s). None while a worker killed
+        """Kill every hung rollout or inference worker (its death is then handled by `on_death`); the components silent
+        for longer than --heartbeat_timeout left to the runner (`Heartbeats.stalled`'s). None while a worker killed
         moments ago is not replaced yet: a component blocked behind it may wake up."""
         heartbeats = topology.control.heartbeats if topology.control is not None else None
         left: list[tuple[str, float, str]] = []
         for name, silent, activity in heartbeats.stalled(self.heartbeat_timeout, now) if heartbeats else ():
             proc = topology.host.get(name)
-            if not self.enabled or not isinstance(getattr(proc, "reporter", None), RolloutWorker):
+            if not self.enabled or not (isinstance(getattr(proc, "reporter", None), RolloutWorker)
+                                        or _servers(proc, topology)):
                 left.append((name, silent, activity))
                 continue
             if proc is None or proc.pid is None or proc.pid in self.killed:
@@ -158,16 +208,57 @@ class WorkerReplacement:
         return left
 
     def on_report(self, report: Report, stats: TrainingStats, topology: Topology, now: float) -> None:
-        """A replaced worker's first frames: it serves again."""
-        if not self.recovering or not isinstance(report, RolloutReport) or not report.frames:
+        """A replaced worker's first frames, or a replaced inference worker's first requests served: it serves
+        again."""
+        if not self.recovering:
             return
-        entry = self.recovering.get(report.worker)
+        if isinstance(report, RolloutReport) and report.frames:
+            key: tuple = ("rollout", report.worker)
+        elif isinstance(report, InferenceReport) and report.requests:
+            key = ("inference", report.policy, report.index)
+        else:
+            return
+        entry = self.recovering.get(key)
         if entry is None or topology.control is entry[2] and (entry[1] is None or report.incarnation < entry[1]):
             return
-        fault = self.recovering.pop(report.worker)[0]
+        fault = self.recovering.pop(key)[0]
         stats.faults.recovered(fault, now, stats.frames)
         log.info("%s serves again, %.1fs after its fault was seen (the run counted %s frames meanwhile)",
                  fault.component, now - fault.at, f"{fault.frames_meanwhile:,}")
+
+
+def _key(component: RolloutWorker | InferenceWorker) -> tuple:
+    """What `recovering` knows a worker by (its reports name it so)."""
+    if isinstance(component, RolloutWorker):
+        return ("rollout", component.worker)
+    return ("inference", component.policy_index, component.index)
+
+
+def _servers(proc, topology: Topology) -> list[InferenceWorker]:
+    """The inference workers `proc` hosts if it hosts nothing else (with several policies, one process may serve
+    each of them: --policy_processes), the one whose name its death is reported under first; else none."""
+    hosted = [c for c in topology.components if topology.host.get(c.name) is proc]
+    if not hosted or not all(isinstance(c, InferenceWorker) for c in hosted) or getattr(proc, "threads", None):
+        return []
+    reporter = getattr(proc, "reporter", None)
+    return sorted(hosted, key=lambda c: c is not reporter)
+
+
+def _unsafe(servers: list[InferenceWorker]) -> str | None:
+    """Why the process of these inference workers cannot be replaced alone, if it cannot."""
+    if any(server.buffers.spaces.rnn_state_size for server in servers):
+        return ("its policy is recurrent (it may have moved an env's recurrent state on for a request it never "
+                "answered): it cannot be replaced alone")
+    for server in servers:
+        locked = Routing.locked_queues(server, QUEUE_PROBE_SEC)
+        if locked:
+            return (f"the signal queue of {', '.join(locked)} stays locked (the process died inside a put or get): "
+                    f"it cannot be replaced alone")
+        if not server.weights.lock.acquire(timeout=QUEUE_PROBE_SEC):
+            return (f"the shared weights' lock of policy {server.policy_index} stays taken (it died copying new "
+                    f"weights): it cannot be replaced alone")
+        server.weights.lock.release()
+    return None
 
 
 def _count_restart(stats: TrainingStats, why: str) -> str:

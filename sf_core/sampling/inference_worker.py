@@ -1,7 +1,8 @@
 """Inference worker: batched policy forward passes for many envs at once.
 
 Signals in: policy_request, flush_requests (to itself: one forward pass serves every request queued
-before it), stop. Out: advance (to each rollout worker with a request served), report (sf_core/contracts/signals.py).
+before it), stop. Out: advance (to each rollout worker with a request served), report, and in a process that
+replaced a dead one, resend_requests once it serves (sf_core/contracts/signals.py).
 
 Each serves one policy. With several policies it acts only on the rows its policy controls (the
 `policy_id` field) and values the cut episodes that policy played.
@@ -9,6 +10,10 @@ Each serves one policy. With several policies it acts only on the rows its polic
 Reads observations from the trajectory buffers and writes actions, log-probs, values and the policy
 version into the same rows. For envs truncated on the previous step it also writes the value of
 their final observation (`trunc_values`), which the learner bootstraps from.
+
+A worker may be a replacement for a process that died (sf_core/run/worker_replacement.py): it loads the current
+weights, drops the requests sent to its predecessor (their tickets carry the predecessor's incarnation), and then
+asks the rollout workers it serves to send again those their predecessor never answered.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from sf_core.contracts.buffers import BufferLayout, SharedWeights, TrajectoryBuf
 from sf_core.contracts.component import Component, guarded
 from sf_core.contracts.control import ControlBlock
 from sf_core.contracts.sample import RowOrigin, check_request
-from sf_core.contracts.signals import ADVANCE, FLUSH_REQUESTS, REPORT, InferenceReport, inference_worker_name
+from sf_core.contracts.signals import (ADVANCE, FLUSH_REQUESTS, REPORT, RESEND_REQUESTS, InferenceReport,
+                                       inference_worker_name)
 from sf_core.sampling.device_io import DeviceIO
 from sf_core.sampling.graphed_acting import GraphedActing
 from signal_slot.signal_slot import EventLoop, Timer
@@ -98,6 +104,8 @@ class InferenceWorker(Component):
         self.control = control
         self.model: ActorCritic | None = None
         self.version = -1
+        self.server = ControlBlock.server_index(policy, index, cfg.policy_workers_per_policy)
+        self.incarnation = 0  # read at start: 1 and up in a process that replaced a dead one
         self.report = InferenceReport(index, policy, 0, 0, 0.0)  # what happened since the last report
         self.report_timing()  # and its on_start, from the loop's start
 
@@ -109,7 +117,7 @@ class InferenceWorker(Component):
         self.model.eval()
         if self.cfg.mixed_precision:
             store_weights_in_bfloat16(self.model)  # load_into converts each new version once
-        self.version = self.weights.load_into(self.model)
+        self.version = self.weights.load_into(self.model)  # a replacement's too: the current ones, before it serves
         self.views = {key: t.numpy() for key, t in self.buffers.fields.items()}
         self.views["rnn_latest"] = self.buffers.rnn_latest.numpy()
         self.incarnations = self.control.incarnations.numpy() if self.control is not None else None
@@ -121,6 +129,19 @@ class InferenceWorker(Component):
         self.obs_row_shape = self.views["obs"].shape[3:]  # past [slot, row, env row]: one observation
         self.timer = Timer(self.event_loop, REPORT_INTERVAL_SEC, object_id=f"{self.name}_report_timer")
         self.timer.timeout.connect(self.send_report)
+        if self.control is not None:
+            self.incarnation = self.control.server_incarnation(self.server)
+            self.report.incarnation = self.incarnation
+        if self.incarnation:
+            self._ask_to_resend()
+
+    def _ask_to_resend(self) -> None:
+        """A replacement serves now: each rollout worker it serves sends again what its predecessor did not answer
+        (taken from the queue and lost with the process, or still queued: dropped here, a ticket of the old one)."""
+        per_policy = self.cfg.policy_workers_per_policy
+        for worker in range(self.layout.num_workers):
+            if worker % per_policy == self.index:  # the wiring's: rollout worker w asks inference worker w % n
+                RESEND_REQUESTS.emit_to(self, worker, self.policy_index)
 
     @guarded
     def policy_request(self, worker: int, split: int, slot: int, row: int, origin: int, has_truncation: bool) -> None:
@@ -150,20 +171,25 @@ class InferenceWorker(Component):
         for worker, split, *_ in requests:
             splits_by_worker.setdefault(worker, []).append(split)
         for worker, splits in splits_by_worker.items():  # one signal per worker, not per split
-            ADVANCE.emit_to(self, worker, splits)
+            ADVANCE.emit_to(self, worker, self.policy_index, splits)
         self.report.requests += len(requests)
         self.report.batches += 1
         self.report.seconds += time.perf_counter() - started
-        self.clock.mark("first_forward")
+        if "first_forward" not in self.clock.reached:
+            self.clock.mark("first_forward")
+            if self.incarnation:  # the runner hears now that a replacement serves, not a report later
+                self.send_report()
 
     def _current(self, requests: list[Request]) -> list[Request]:
-        """The requests of each rollout worker's current process: one that replaced a dead worker
-        (sf_core/run/worker_replacement.py) is filling the slots its predecessor's requests name."""
-        incarnations = self.incarnations
-        if incarnations is None or not incarnations.any():
+        """The requests of each rollout worker's current process, sent to this process: one that replaced a dead
+        worker (sf_core/run/worker_replacement.py) is filling the slots its predecessor's requests name, and a request
+        sent to this worker's predecessor is sent again (resend_requests)."""
+        incarnations, own = self.incarnations, self.incarnation
+        if incarnations is None or not own and not incarnations.any():
             return requests
         layout = self.layout
-        return [r for r in requests if layout.incarnation_of(r[1]) == incarnations[r[0]]]
+        return [r for r in requests
+                if layout.incarnation_of(r[1]) == incarnations[r[0]] and layout.server_of(r[1]) == own]
 
     def _act(self, rows: "Rows") -> None:
         """Sample actions for these rows and store them with their log-probs, values and the policy version."""
@@ -257,7 +283,7 @@ class InferenceWorker(Component):
     def send_report(self) -> None:
         self.report.version = self.version
         REPORT.emit(self, self.report)
-        self.report = InferenceReport(self.index, self.policy_index, 0, 0, 0.0)
+        self.report = InferenceReport(self.index, self.policy_index, 0, 0, 0.0, incarnation=self.incarnation)
 
     @guarded
     def stop(self) -> None:

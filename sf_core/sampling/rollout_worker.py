@@ -1,6 +1,7 @@
 """Rollout worker: owns envs (in `worker_num_splits` split runners) and steps them on request.
 
-Signals in: advance, slots_freed, stop. Out: policy_request, new_trajectories, report (sf_core/contracts/signals.py).
+Signals in: advance, resend_requests, slots_freed, stop. Out: policy_request, new_trajectories, report
+(sf_core/contracts/signals.py).
 With --env_service, also envs_stepped, from its own split stepper threads (sf_core/sampling/split_stepper.py).
 
 Double buffering: while one split waits for actions, the worker steps another one. A split runner is
@@ -9,7 +10,10 @@ NativeVectorRunner (one natively vectorized env per split, --env_vectorization).
 
 A worker may be a replacement for a process that died (sf_core/run/worker_replacement.py): it starts with the
 slots the batchers still hold held (sf_core/contracts/slot_holds.py), and names each split in its requests by a
-ticket of its own incarnation, so the answers to its predecessor's requests are told apart and ignored.
+ticket of its own incarnation, so the answers to its predecessor's requests are told apart and ignored. An
+inference worker may be one too: each request's ticket also carries the incarnation of the inference worker asked,
+and when a replacement serves (resend_requests) the requests sent to its predecessor and not answered yet are sent
+again, to it; an answer the dead process gave meanwhile is ignored.
 """
 
 from __future__ import annotations
@@ -69,11 +73,12 @@ class RolloutWorker(SlotRecovery, Component):
         self.runners: list[SplitRunner] = []
         self.waiting_for_slot: set[int] = set()
         self.unstarted: set[int] = set()  # splits made while every slot of theirs was still with a batcher
-        # several policies: answers a split still waits for (one per policy asked)
-        self.awaiting = [0] * layout.num_splits
+        # per split: the policies whose answers it still waits for -> the incarnation of the inference worker asked
+        self.awaiting: list[dict[int, int]] = [{} for _ in range(layout.num_splits)]
+        self.asked: list[tuple[int, int, int, bool]] = [(0, 0, 0, False)] * layout.num_splits  # its last request
+        per_policy = cfg.policy_workers_per_policy  # the wiring's: this worker asks inference worker w % n of each
+        self.servers = [ControlBlock.server_index(p, worker % per_policy, per_policy) for p in range(cfg.num_policies)]
         self.held: set[int] = set()  # slots sent to a batcher and not yet freed (sf_core/contracts/slot_holds.py)
-        self.policy_id = buffers["policy_id"].numpy()
-        self.truncated = buffers["truncated"].numpy()
         self.frames = 0
         self.env_seconds = 0.0
         self.env_faults = 0
@@ -89,6 +94,10 @@ class RolloutWorker(SlotRecovery, Component):
 
     @guarded
     def on_start(self) -> None:
+        # numpy views of shared memory, made in this process: one pickled to a spawned process is a private copy
+        self.policy_id = self.buffers["policy_id"].numpy()
+        self.truncated = self.buffers["truncated"].numpy()
+        self.server_incarnations = self.control.servers.numpy() if self.control is not None else None
         if self.control is not None:
             self.incarnation = self.control.incarnation(self.worker)
             self.seed += REPLACEMENT_SEED_STRIDE * self.incarnation
@@ -161,10 +170,32 @@ class RolloutWorker(SlotRecovery, Component):
         runner = self.runners[split]
         slot, row = runner.slot, runner.t
         policies = [0] if self.cfg.num_policies == 1 else self._policies_asked(slot, row, has_truncation)
-        self.awaiting[split] = len(policies)
-        ticket = self.layout.ticket(split, self.incarnation)
+        self.asked[split] = (slot, row, int(origin), has_truncation)
+        # every answer awaited is known before the first request leaves (an answer may come back within an emit)
+        self.awaiting[split] = {policy: self._server(policy) for policy in policies}
         for policy in policies:
-            POLICY_REQUEST.emit_to(self, policy, self.worker, ticket, slot, row, int(origin), has_truncation)
+            self._ask(split, policy)
+
+    def _server(self, policy: int) -> int:
+        """The incarnation of the process of `policy`'s inference worker that serves this worker now."""
+        return int(self.server_incarnations[self.servers[policy]]) if self.server_incarnations is not None else 0
+
+    def _ask(self, split: int, policy: int) -> None:
+        """Send the split's request to `policy`'s inference worker, the process named in the ticket."""
+        ticket = self.layout.ticket(split, self.incarnation, self.awaiting[split][policy])
+        POLICY_REQUEST.emit_to(self, policy, self.worker, ticket, *self.asked[split])
+
+    @guarded
+    def resend_requests(self, policy: int) -> None:
+        """A new process serves for `policy`'s inference worker: the requests sent to an earlier one and not
+        answered are sent again (it drops any still queued, so each is answered once)."""
+        if self.stopping or self.server_incarnations is None:
+            return
+        current = self._server(policy)
+        for split, awaited in enumerate(self.awaiting):
+            if awaited.get(policy, current) < current:
+                awaited[policy] = current
+                self._ask(split, policy)
 
     def _policies_asked(self, slot: int, row: int, has_truncation: bool) -> list[int]:
         """The policies acting on the row, and those whose episodes a time limit cut on the row before:
@@ -189,15 +220,19 @@ class RolloutWorker(SlotRecovery, Component):
             NEW_TRAJECTORIES.emit_to(self, policy, slot)
 
     @guarded
-    def advance(self, splits: list[int]) -> None:
+    def advance(self, policy: int, splits: list[int]) -> None:
         if self.stopping:  # actions that arrive after stop() closed the envs are not stepped
             return
         for ticket in splits:
             if self.layout.incarnation_of(ticket) != self.incarnation:  # asked by the process this one replaced
                 continue
             split = self.layout.split_of(ticket)
-            self.awaiting[split] -= 1
-            if self.awaiting[split] > 0:  # another policy has yet to act on this row
+            awaited = self.awaiting[split]
+            # an inference worker's dead process answered before this worker sent the request again: not stepped
+            if awaited.get(policy) != self.layout.server_of(ticket):
+                continue
+            del awaited[policy]
+            if awaited:  # another policy has yet to act on this row
                 continue
             runner = self.runners[split]
             if not runner.trajectory_complete():
