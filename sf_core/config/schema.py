@@ -70,16 +70,13 @@ class Config:
     reward_scale: float = flag(1.0, "env", "Rewards are multiplied by this before learning.")
     reward_clip: float = flag(1000.0, "env", "Scaled rewards are clipped to [-reward_clip, reward_clip].")
     env_fault_policy: str = flag(
-        "restart", "env", "When an env raises or a rollout or inference worker process dies or hangs "
-        "(--heartbeat_timeout): restart and carry on (new envs for that split, its half-finished trajectory "
-        "discarded; for a dead or hung worker, a new process for it alone while the others go on; "
-        "--max_worker_replacements caps it), or stop training with a checkpoint (a killed inference worker: every "
-        "component restored from the newest checkpoint), for runs where any fault means a bug to fix first "
+        "restart", "env", "When an env raises or a rollout or inference worker dies or hangs (--heartbeat_timeout): "
+        "restart (new envs for that split; a new process for that worker alone, capped by "
+        "--max_worker_replacements), or stop with a checkpoint, for runs where any fault is a bug to fix first "
         "(docs/faults.md). Counted in TensorBoard and training_summary.json.", choices=("restart", "stop"))
     max_worker_replacements: int = flag(
-        5, "env", "--env_fault_policy=restart: a rollout worker that needs more replacements than this within "
-        "--worker_replacement_window seconds stops the run (with a checkpoint), naming it and why it died; an "
-        "inference worker is then restored with every component from the newest checkpoint (--max_recoveries).")
+        5, "env", "A worker replaced more often than this within --worker_replacement_window seconds stops the run "
+        "with a checkpoint, naming it (an inference worker: every component restored instead, --max_recoveries).")
     worker_replacement_window: float = flag(600.0, "env", "Seconds over which --max_worker_replacements counts.")
     check_env: bool = flag(
         True, "env", "Before anything starts, reset and step one env in the main process and check it keeps the "
