@@ -62,9 +62,11 @@ ENVS = textwrap.dedent('''
             return self.env.reset(**kwargs)
 
         def meet(self):
-            if self.once and os.path.exists(self.marker):
-                return
-            open(self.marker, "w").close()
+            try:  # created or found in one call: two workers past the gate at once must not both meet it
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                if self.once:
+                    return
             self.fault(self.ctx)
 
 
