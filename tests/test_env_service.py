@@ -352,7 +352,7 @@ def test_failed_slot_drops_the_unfinished_trajectory_and_the_split_waits_for_a_s
 @pytest.mark.timeout(360)
 def test_training_solves_cartpole_on_two_servers_one_killed_and_restarted(tmp_path):
     """Done-when 1 and 2: two servers of capacity 4, 4 rollout workers. Mid-training one server is killed
-    and restarted 5 s later: training never stops (frames grow in every console line), capacity drops
+    and restarted 3 s later: training never stops (frames grow in every console line), capacity drops
     to 4 busy slots and comes back to 8, and CartPole is solved."""
     servers = [EnvServerProcess(tmp_path, "CartPole-v1", 4) for _ in range(2)]
     log_path = tmp_path / "train.log"
@@ -378,7 +378,7 @@ def test_training_solves_cartpole_on_two_servers_one_killed_and_restarted(tmp_pa
         wait_for(lambda: console() and console()[-1][0] > 20_000, 90, "20k frames before the kill")
         servers[0].kill()
         killed_at = len(console())
-        time.sleep(5)  # about five console lines of outage
+        time.sleep(3)  # about three console lines of outage
         servers[0].start()
         restarted_at = len(console())
         trainer.wait(timeout=300)

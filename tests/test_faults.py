@@ -188,7 +188,7 @@ def test_two_trainings_in_one_interpreter_are_independent(tmp_path):
 
     register_env("FirstRunOnly-v0", lambda name, cfg, ctx: gym.make("CartPole-v1"))
     code1, first = train(tmp_path, "--env=FirstRunOnly-v0", "--serial_mode=True", "--seed=5",
-                         "--train_for_env_steps=120000", experiment="one")
+                         "--train_for_env_steps=60000", experiment="one")
     code2, second = train(tmp_path, "--env=CartPole-v1", "--serial_mode=True", "--seed=5",
                           "--train_for_env_steps=2000", experiment="two")
     assert code1 == code2 == 0

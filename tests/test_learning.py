@@ -171,7 +171,7 @@ def test_truncation_bootstraps_from_final_value(tmp_path):
 
     register_env("ConstantTruncated-v0", lambda name, cfg, ctx: Constant())
     code, summary = train(tmp_path, "--env=ConstantTruncated-v0", "--serial_mode=True", "--gamma=0.9",
-                          "--num_workers=1", "--num_envs_per_worker=4", "--rollout=16", "--batch_size=256",
+                          "--num_workers=1", "--num_envs_per_worker=16", "--rollout=16", "--batch_size=256",
                           "--learning_rate=0.001", "--train_for_env_steps=60000", "--seed=4")
     assert code == 0
     # Treating the time limit as termination would average (1-0.9^k)/0.1 over k = 1..20, about 6.1.
