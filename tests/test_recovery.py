@@ -123,6 +123,25 @@ def test_a_killed_learner_resumes_from_its_last_checkpoint_and_reaches_its_targe
     assert _console_frames(output) == sorted(_console_frames(output))
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_hung_learner_is_killed_after_the_heartbeat_timeout_and_recovered_from(tmp_path):
+    run = Watched(tmp_path, [*TRAIN, "--heartbeat_timeout=3"])
+    wait_for(lambda: _live(tmp_path, "policy_version") > 2, 60, "training")
+    learner = run.component("sf:learner")
+    learner.suspend()  # SIGSTOP: a deadlocked learner, or its batcher (a thread of its process)
+    output = run.finish(120)
+
+    assert run.proc.returncode == 0, output[-3000:]
+    summary = read_summary(tmp_path)
+    assert summary["recoveries"] == 1 and summary["mean_return_at_target"] >= 450, summary
+    [fault] = [f for f in summary["faults"] if f["component"] == "learner_proc"]
+    assert fault["cause"].startswith(f"process learner_proc (pid {learner.pid}) hung: no heartbeat for "), fault
+    assert "(--heartbeat_timeout=3)" in fault["cause"] and fault["action"] == RECOVERED, fault
+    assert fault["recovered_at"] > fault["at"]
+    assert run.frames == sorted(run.frames)
+
+
 def _faults(tmp_path) -> list[dict]:
     try:
         return read_summary(tmp_path).get("faults") or []

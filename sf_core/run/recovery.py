@@ -20,6 +20,8 @@ restored, and `trained_frames_lost` counts what the rollback discarded.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 
 from sf_core.contracts.signals import LearnerReport, Report
@@ -41,6 +43,7 @@ class Recovery:
         self.trained_frames_lost = 0
         self.pending: Fault | None = None  # begun, components not restored yet
         self.restarted: Fault | None = None  # restored, training not yet going again
+        self.hung: dict[int, str] = {}  # pid of a hung process this killed -> why
 
     def handles(self, process: str, hosted: list[str], exitcode: int | None) -> bool:
         """Whether the death of `process` (hosting the components `hosted`) is one a recovery is for: killed by a
@@ -48,6 +51,28 @@ class Recovery:
         reported, a script without its `__main__` guard) would only do it again."""
         return self.available and exitcode is not None and exitcode < 0 and (
             process.startswith(RANK_PREFIX) or any(name.startswith(RECOVERABLE) for name in hosted))
+
+    def kill_hung(self, topology, name: str, why: str) -> bool:
+        """A learner (with its batcher) or a learner rank silent past --heartbeat_timeout: its process is killed, so
+        that its death is recovered from as a killed one's is (the fault's cause says it hung: `cause_of`). False
+        where no recovery would follow: the run then stops, naming it. `topology`: the run's (its `host` map)."""
+        proc = topology.host.get(name)
+        hosted = [c for c, p in topology.host.items() if p is proc]
+        if proc is None or proc.pid is None or self.count >= self.max_recoveries or \
+                not self.handles(proc.name, hosted, -9):
+            return False
+        if proc.pid not in self.hung:
+            self.hung[proc.pid] = f"process {proc.name} (pid {proc.pid}) hung: {why}"
+            log.warning("%s; killing it", self.hung[proc.pid])
+            try:
+                os.kill(proc.pid, signal.SIGKILL)  # stops a stopped process too (SIGSTOP)
+            except ProcessLookupError:
+                pass  # died meanwhile
+        return True
+
+    def cause_of(self, proc, died: str) -> str:
+        """Why `proc` died: that it hung, if this killed it, else `died`."""
+        return self.hung.pop(proc.pid, died) if proc.pid is not None else died
 
     def begin(self, process: str, cause: str, at: float, faults: FaultLog, frames: int) -> bool:
         """Records the death in `faults`; True if a recovery begins, False if --max_recoveries are spent (see

@@ -303,15 +303,17 @@ class Runner(Component):
                     self._recover_or_fail(proc, verdict.message)
                 return
         for name, silent, activity in self.replacement.kill_hung(self.topology, now):
-            self._fail(name, f"no heartbeat for {silent:.0f}s (--heartbeat_timeout={self.cfg.heartbeat_timeout:g}); "
-                             f"its last activity: {activity}")
-            return
+            why = f"no heartbeat for {silent:.0f}s (--heartbeat_timeout={self.cfg.heartbeat_timeout:g}); its last " \
+                  f"activity: {activity}"
+            if self.exit_code is not None or not self.recovery.kill_hung(self.topology, name, why):
+                self._fail(name, why)
+                return
 
     def _recover_or_fail(self, proc, cause: str | None = None) -> None:
         """A learner, learner rank or inference worker killed is recovered from (sf_core/run/recovery.py), else stop.
         `cause`: the runner's line about the death, if not died(proc)'s."""
         process, hosted = proc.name, [c for c, p in self.topology.host.items() if p is proc]
-        cause = cause or died(proc)
+        cause = self.recovery.cause_of(proc, cause or died(proc))
         if self.exit_code is None and self.recovery.handles(process, hosted, proc.exitcode):
             # a death while a recovery stops the rest (a rank after rank 0) is part of that recovery
             if self.restart_pending or self.recovery.begin(process, cause, self.dead_since.get(process, time.time()),
@@ -355,8 +357,7 @@ class Runner(Component):
         emits.emit(self, signal_, args, route, self.serial, EMIT_TIMEOUT_SEC)
 
     def _stop_after_failure(self) -> None:
-        """Save and stop after an exception ended the runner's loop. Serial mode: the loop died with the
-        failing slot; run it once more to save and stop."""
+        """Save and stop after an exception ended the loop (serial: it died with the slot; run it once more)."""
         if self._stats is None:  # nothing started that could save
             return
         if not self.serial:
