@@ -103,6 +103,20 @@ ENVS = textwrap.dedent('''
         kill(ctx)
 
 
+    def die_in_a_put_to_the_runner(ctx):
+        """Dies as if killed inside a put into the runner's signal queue (a report), whose lock then stays taken."""
+        import ctypes
+        import gc
+
+        from sf_core.contracts.queue_lock import MUTEX
+        from sf_core.sampling.rollout_worker import RolloutWorker
+
+        worker = next(o for o in gc.get_objects() if isinstance(o, RolloutWorker) and o.worker == ctx.worker_index)
+        queue = worker.receiver_queues["runner"]
+        ctypes.CDLL(None).pthread_mutex_lock(ctypes.c_void_p(ctypes.addressof(queue.queue_obj_buffer) + MUTEX))
+        kill(ctx)
+
+
     def slow_to_remake(cfg, ctx):
         """A worker's first env, made again in a replacement's process, takes a second (a simulator that loads a
         level)."""
@@ -122,11 +136,13 @@ ENVS = textwrap.dedent('''
             return Fault(hang, ctx, marker)
         if name == "DyingInAGet-v0":
             return Fault(die_in_a_get, ctx, marker)
+        if name == "DyingInAPutToTheRunner-v0":
+            return Fault(die_in_a_put_to_the_runner, ctx, marker)
         return Fault(segfault, ctx, marker, once=False, at_reset=True)
 
 
     if __name__ == "__main__":
-        for name in ("Killed-v0", "Hung-v0", "DyingInAGet-v0", "Segfaulting-v0"):
+        for name in ("Killed-v0", "Hung-v0", "DyingInAGet-v0", "DyingInAPutToTheRunner-v0", "Segfaulting-v0"):
             register_env(name, make)
         sys.exit(sf_core.train.main(sys.argv[1:]))
 ''')
@@ -241,6 +257,23 @@ def test_a_worker_that_dies_again_and_again_stops_the_run_with_a_checkpoint(tmp_
     assert checkpoint.list_checkpoints(str(tmp_path / "r" / "checkpoint")), "no checkpoint saved on the way out"
     summary = read_summary(tmp_path, "r")
     assert summary["worker_replacements"] >= 2 and summary["faults"][-1]["action"] == "stopped the run"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_worker_that_died_holding_the_runners_queue_lock_is_replaced_once_the_lock_is_given_back(tmp_path):
+    """The runner's loop waits for that lock; its watchdog gives it back for the dead holder (the soak's hang)."""
+    proc = start(tmp_path, "--env=DyingInAPutToTheRunner-v0", "--train_for_env_steps=25000")
+    watch(tmp_path, proc, lambda s: False, 120)
+    output, alive = finish(proc, 30)
+    assert proc.returncode == 0, output[-3000:]
+    assert not alive, f"processes outlived the trainer: {alive}"
+    assert re.search(r"a dead process \(thread \d+\) left the runner's signal queue locked: given back", output), \
+        output[-3000:]
+    summary = read_summary(tmp_path, "r")
+    assert summary["frames"] >= 25000
+    assert summary["worker_replacements"] == 1 and summary["worker_restarts"] == 0, summary["faults"]
+    assert summary["faults"][0]["action"] == "replaced"
 
 
 @pytest.mark.slow

@@ -167,6 +167,12 @@ class Routing:
         return loop
 
     @staticmethod
+    def queue_of(loop: EventLoop) -> Any:
+        """The faster-fifo queue a loop reads (sf_core/contracts/loop_watchdog.py looks at its lock)."""
+        queue = loop.signal_queue
+        return queue.queue if isinstance(queue, PollingQueue) else queue
+
+    @staticmethod
     def _swap_queue(loop: EventLoop, new: Any) -> None:
         """The loop reads `new`, and its objects' connections to each other put into it (one put per signal: a
         sender's distinct queues each get the message)."""
@@ -377,23 +383,3 @@ def run_loop(loop: EventLoop, reporter: Component | None) -> None:
         if reporter is not None:
             reporter.report_error(exc)
         raise SystemExit(1)
-
-
-def start_loop_watchdog(last_turn: Callable[[], float], limit: float, processes: Callable[[], list],
-                        done: threading.Event, exit_code: int) -> None:
-    """Last line of defence for the runner itself: if its own loop stops turning (`last_turn()` older than
-    `limit` seconds; a component killed while holding the runner's queue lock would block it inside
-    faster-fifo forever), a thread names the problem, kills the component processes and exits, instead
-    of hanging."""
-
-    def watch() -> None:
-        while not done.wait(1.0):
-            if time.time() - last_turn() > limit:
-                logging.getLogger("sf_core").error("the runner's event loop has not run for %.0fs: killing all "
-                                                   "components", limit)
-                for proc in processes():
-                    if proc.pid is not None and proc.is_alive():
-                        os.kill(proc.pid, os_signal.SIGKILL)
-                os._exit(exit_code)
-
-    threading.Thread(target=watch, name="runner_loop_watchdog", daemon=True).start()

@@ -27,8 +27,8 @@ from sf_core.algo.placement import check_concurrency, check_placement
 from sf_core.algo.registry import algorithm_builder, build_algorithm
 from sf_core.envs.registry import EnvRegistry, registry_snapshot
 from sf_core.config import Config, ConfigError
-from sf_core.contracts.component import (Component, ComponentError, Routing, guarded, reuse_freed_memory,
-                                         start_loop_watchdog)
+from sf_core.contracts.component import Component, ComponentError, Routing, guarded, reuse_freed_memory
+from sf_core.contracts.loop_watchdog import start_loop_watchdog
 from sf_core.contracts.sample import BATCH_KEYS
 from sf_core.contracts.signals import EVALUATE, PBT_REPLACE, SAVE_CHECKPOINT, STOP, Report, Signal
 from sf_core.learning.group.link import GroupError
@@ -84,8 +84,7 @@ class Runner(Component):
         self.dead_since: dict[str, float] = {}
         self.group_failure: tuple[str, str, float] | None = None  # a failed collective, waiting to be explained
         self.last_checkpoint: str | None = None
-        self.stopping = False
-        self.restart_pending = False  # a worker died under --env_fault_policy=restart
+        self.stopping = self.restart_pending = False  # restart_pending: a worker died under --env_fault_policy=restart
         self.replacement = WorkerReplacement.for_run(self.cfg, self.serial)  # a dead or hung worker, replaced alone
         self.saved_at_shutdown = False
         self.recovery = Recovery(cfg.max_recoveries, cfg.env_frameskip, not (self.serial or cfg.ray_address))
@@ -164,7 +163,8 @@ class Runner(Component):
             self._start_components()
             if not self.serial:
                 start_loop_watchdog(lambda: self.last_check, self.cfg.heartbeat_timeout + 30.0,
-                                    lambda: self.topology.processes, self.loop_done, EXIT_ERROR)
+                                    lambda: self.topology.processes, self.loop_done, EXIT_ERROR,
+                                    Routing.queue_of(self.loop))
             self.loop.exec()
             while self.restart_pending and self._restart_components():
                 self.loop.exec()
@@ -195,8 +195,8 @@ class Runner(Component):
         self.last_summary = self.last_console = self.last_save = time.time()
 
     def _restart_components(self) -> bool:
-        """Every component restarts from the newest checkpoint, the path of a resume: nothing of the old processes is
-        reused. After a rollout worker's death, only from the one the shutdown saved; only a recovery rolls back."""
+        """Every component restarts from the newest checkpoint, the path of a resume (nothing old reused). After a
+        rollout worker's death, only from the one the shutdown saved; only a recovery rolls back."""
         self._stop_processes()
         self.restart_pending = False
         if self.error is not None or not (self.saved_at_shutdown or self.recovery.pending):
