@@ -1,6 +1,6 @@
 """A chaos soak: train while killing a random component every few seconds, then check what survived.
 
-    python scripts/chaos_soak.py --minutes=10 --kill_every=20 --runs=3 -- --env=CartPole-v1 --env_fault_policy=restart
+    python scripts/chaos_soak.py --minutes=10 --kill_every=20 --runs=3 -- --env=CartPole-v1
 
 Each run starts `python -m sf_core.train` with the flags after `--` (plus --train_dir, a frame budget it cannot
 reach and --train_for_seconds=the soak's length) and, every --kill_every seconds, SIGKILLs one component process
