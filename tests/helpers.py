@@ -68,6 +68,32 @@ def kill_9_once(args: list[str], ready, timeout: float, what: str) -> None:
     assert not alive, "component processes outlived a killed trainer"
 
 
+def run_to_the_end(tmp_path, args: list[str], timeout: float) -> tuple[subprocess.Popen, str, list, list]:
+    """Train with `args` (console in tmp_path/train.log) until the trainer exits or `timeout`; returns the process,
+    its console, every process it started (seen while it ran), and those still alive 10 s after it ended."""
+    import psutil
+
+    log_path = tmp_path / "train.log"
+    with open(log_path, "w") as log:
+        proc = launch.start([f"--train_dir={tmp_path}", "--experiment=exp", *args], output=log)
+    descendants: dict = {}  # every process the trainer started, seen while it ran
+    deadline = time.time() + timeout
+    try:
+        while proc.poll() is None and time.time() < deadline:
+            try:
+                descendants.update((p.pid, p) for p in psutil.Process(proc.pid).children(recursive=True))
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.5)
+        proc.wait(timeout=max(1.0, deadline - time.time()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    _, alive = psutil.wait_procs(list(descendants.values()), timeout=10)
+    return proc, log_path.read_text(), list(descendants.values()), alive
+
+
 def wait_for(predicate, timeout, what):
     deadline = time.time() + timeout
     while time.time() < deadline:

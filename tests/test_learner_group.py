@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import re
-import time
 
 import gymnasium as gym
 import psutil
@@ -24,7 +23,7 @@ from sf_core.learning.group.link import STOP, TRAIN, Command, GroupSpec, plan
 from sf_core.learning.group.network import ADDRESS, free_port
 from sf_core.learning.learner import Trainer
 from tests import launch
-from tests.helpers import kill_9_once, read_summary, wait_for
+from tests.helpers import kill_9_once, read_summary, run_to_the_end, wait_for
 
 OBS, ACTIONS = gym.spaces.Box(-5.0, 5.0, (4,), dtype=float), gym.spaces.Discrete(2)
 ROLLOUT, TRAJECTORIES, DATASETS, SEED = 8, 8, 3, 7
@@ -220,26 +219,9 @@ def test_a_packed_share_unpacks_to_the_same_fields_of_every_dtype():
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_cartpole_solved_by_two_learner_ranks_and_no_process_outlives_the_run(tmp_path):
-    log_path = tmp_path / "train.log"
-    with open(log_path, "w") as log:
-        proc = launch.start([f"--train_dir={tmp_path}", "--experiment=exp", "--env=CartPole-v1", "--num_learners=2",
-                             "--num_workers=2", "--seed=2", "--target_mean_return=475", "--train_for_seconds=180",
-                             "--train_for_env_steps=10000000"], output=log)
-    descendants: dict[int, psutil.Process] = {}  # every process the trainer started, seen while it ran
-    deadline = time.time() + 220
-    try:
-        while proc.poll() is None and time.time() < deadline:
-            try:
-                descendants.update((p.pid, p) for p in psutil.Process(proc.pid).children(recursive=True))
-            except psutil.NoSuchProcess:
-                break
-            time.sleep(0.5)
-        proc.wait(timeout=max(1.0, deadline - time.time()))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-    output = log_path.read_text()
+    proc, output, descendants, alive = run_to_the_end(tmp_path, [
+        "--env=CartPole-v1", "--num_learners=2", "--num_workers=2", "--seed=2", "--target_mean_return=475",
+        "--train_for_seconds=180", "--train_for_env_steps=10000000"], 220)
     assert proc.returncode == 0, output[-3000:]
     assert "learner group: 2 ranks joined (gloo" in output
     summary = read_summary(tmp_path)
@@ -247,7 +229,6 @@ def test_cartpole_solved_by_two_learner_ranks_and_no_process_outlives_the_run(tm
     assert summary["mean_return_at_target"] >= 475.0
     assert summary["samples_trained"] > 0 and "loss" in summary["final_learner_stats"]
     assert len(descendants) >= 5, descendants  # two rollout workers, inference, the learner and rank 1
-    _, alive = psutil.wait_procs(list(descendants.values()), timeout=10)
     assert not alive, [p.pid for p in alive]
 
 

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
-import time
 
-import psutil
 import pytest
 import torch
 
@@ -21,8 +19,7 @@ from sf_core.cli.arguments import parse_args
 from sf_core.config import Config, ConfigError
 from sf_core.learning.group.link import SEND_OPTIMIZERS, STOP, TRAIN, GroupSpec
 from sf_core.learning.group.network import ADDRESS, free_port
-from tests import launch
-from tests.helpers import read_summary
+from tests.helpers import read_summary, run_to_the_end
 from tests.test_learner_group import LEARNING_RATE, datasets, initial_weights, small_config, trainer
 
 PLACEMENT = "critic=0,1; actor=2,3"
@@ -207,27 +204,10 @@ def single_start(weights) -> dict[str, torch.Tensor]:
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_cartpole_solved_by_a_critic_on_ranks_0_1_and_an_actor_on_ranks_2_3(tmp_path):
-    log_path = tmp_path / "train.log"
-    with open(log_path, "w") as log:
-        proc = launch.start([f"--train_dir={tmp_path}", "--experiment=exp", "--env=CartPole-v1", "--num_learners=4",
-                             "--split_actor_critic=True", f"--model_ranks={PLACEMENT}", "--num_workers=2",
-                             "--seed=2", "--target_mean_return=200", "--train_for_seconds=60",
-                             "--train_for_env_steps=10000000"], output=log)
-    descendants: dict[int, psutil.Process] = {}
-    deadline = time.time() + 80
-    try:
-        while proc.poll() is None and time.time() < deadline:
-            try:
-                descendants.update((p.pid, p) for p in psutil.Process(proc.pid).children(recursive=True))
-            except psutil.NoSuchProcess:
-                break
-            time.sleep(0.5)
-        proc.wait(timeout=max(1.0, deadline - time.time()))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-    output = log_path.read_text()
+    proc, output, _, alive = run_to_the_end(tmp_path, [
+        "--env=CartPole-v1", "--num_learners=4", "--split_actor_critic=True", f"--model_ranks={PLACEMENT}",
+        "--num_workers=2", "--seed=2", "--target_mean_return=200", "--train_for_seconds=60",
+        "--train_for_env_steps=10000000"], 80)
     assert proc.returncode == 0, output[-3000:]
     summary = read_summary(tmp_path)
     assert summary["time_to_target"] is not None and summary["mean_return_at_target"] >= 200.0, summary
@@ -242,5 +222,4 @@ def test_cartpole_solved_by_a_critic_on_ranks_0_1_and_an_actor_on_ranks_2_3(tmp_
     # the checkpoint rank 0 saved holds both models' Adam moments, the actor's fetched from rank 2
     saved = torch.load(summary["last_checkpoint"], map_location="cpu", weights_only=False)["extra_models"]
     assert saved["actor"]["optimizer"]["state"] and saved["critic"]["optimizer"]["state"]
-    _, alive = psutil.wait_procs(list(descendants.values()), timeout=10)
     assert not alive, [p.pid for p in alive]
