@@ -22,7 +22,7 @@ Each backend is a `VectorBackend`; another (EnvPool) is one more subclass in `BA
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping
 
 import gymnasium as gym
 from gymnasium.vector import VectorEnv
@@ -30,7 +30,8 @@ from gymnasium.vector import VectorEnv
 from sf_core.config import ConfigError, register_check
 from sf_core.envs.atari import ale_id
 from sf_core.envs.atari_vector import is_atari_name, make_atari_vector_env
-from sf_core.envs.registry import EnvContext, EnvNotFoundError, EnvRegistry, VectorEnvContext, require_ale
+from sf_core.envs.registry import (EnvContext, EnvNotFoundError, EnvRegistry, VectorEnvContext, registry_snapshot,
+                                   require_ale)
 from sf_core.envs.vector_of_one import VectorOfOne
 
 if TYPE_CHECKING:
@@ -48,6 +49,11 @@ class VectorBackend:
     # whether --env_vectorization=auto may pick it (else only by name)
     auto = True
 
+    def cores_per_worker(self, envs_per_worker: int) -> int:
+        """Cores the machine fit (sf_core/machine/fit.py) gives each rollout worker of this many envs whose splits
+        this backend builds, where nobody chose --num_workers: one, as for envs stepped one by one."""
+        return 1
+
     def supports(self, env_name: str, registry: EnvRegistry) -> bool:
         raise NotImplementedError
 
@@ -58,6 +64,12 @@ class VectorBackend:
 class GymnasiumBackend(VectorBackend):
     name = "gymnasium"
     serves = "gymnasium ids registered with a vector_entry_point, such as CartPole-v1"
+
+    def cores_per_worker(self, envs_per_worker: int) -> int:
+        """Two from 256 envs a worker: one numpy call steps a whole split, so a large worker mostly waits for its
+        actions, and the core it leaves serves inference and the learner. On 2 cores (CartPole, docs/performance.md)
+        one worker of 256 trained 1.1x two of 256; one of 64 or 128 was slower than two."""
+        return 2 if envs_per_worker >= 256 else 1
 
     def supports(self, env_name: str, registry: EnvRegistry) -> bool:
         spec = gym.registry.get(env_name)
@@ -115,16 +127,32 @@ def vector_backend(cfg: Config, registry: EnvRegistry) -> VectorBackend | None:
     """The backend that builds the run's splits (None: one gymnasium env per env), as --env_vectorization says.
     ConfigError, in one line, where the backend asked for cannot serve the env. (With --env_service no split
     makes envs at all: sf_core/service/endpoints.py refuses a backend asked for by name.)"""
-    choice = cfg.env_vectorization
-    if choice == NONE or (choice == AUTO and not cfg.batched_sampling):
+    return _backend(cfg.env_vectorization, cfg.batched_sampling, cfg.env, registry)
+
+
+def _backend(choice: str, batched: bool, env: str, registry: EnvRegistry) -> VectorBackend | None:
+    if choice == NONE or (choice == AUTO and not batched):
         return None
     if choice == AUTO:
-        return next((b for b in BACKENDS if b.auto and b.supports(cfg.env, registry)), None)
+        return next((b for b in BACKENDS if b.auto and b.supports(env, registry)), None)
     backend = next(b for b in BACKENDS if b.name == choice)
-    if not backend.supports(cfg.env, registry):
-        raise ConfigError(f"--env_vectorization={choice} cannot serve env {cfg.env!r}: it serves {backend.serves}; "
+    if not backend.supports(env, registry):
+        raise ConfigError(f"--env_vectorization={choice} cannot serve env {env!r}: it serves {backend.serves}; "
                           f"--env_vectorization=none steps one env at a time")
     return backend
+
+
+def planned_backend(values: Mapping[str, Any]) -> VectorBackend | None:
+    """The backend a run with these flag values (before its Config exists) would build its splits with: what
+    presets and the machine fit size the workers for. None where envs are served (--env_service) or a backend asked
+    for cannot serve the env (the flag checks say so, later)."""
+    if values.get("env_service") or not values.get("env"):
+        return None
+    try:
+        return _backend(values["env_vectorization"], values["batched_sampling"], values["env"],
+                        registry_snapshot(only=values["env"]))
+    except ConfigError:
+        return None
 
 
 def probe_env(cfg: Config, registry: EnvRegistry, ctx: EnvContext, backend: VectorBackend | None) -> gym.Env:

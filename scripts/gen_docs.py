@@ -32,7 +32,7 @@ from sf_core.config import GROUPS, Config  # noqa: E402
 from sf_core.contracts import signals  # noqa: E402
 from sf_core.contracts.sample import FIELDS  # noqa: E402
 from sf_core.run.env_fit import SMALL_ACTIONS, SMALL_OBSERVATION, SMALL_VECTOR_ENV  # noqa: E402
-from sf_core.run.presets import ALGORITHM_PRESETS, FAMILIES, OTHER_VERSIONS, PRESETS  # noqa: E402
+from sf_core.run.presets import ALGORITHM_PRESETS, FAMILIES, OTHER_VERSIONS, PRESETS, VECTOR_PRESETS  # noqa: E402
 
 OUTPUT = os.path.join(REPO, "docs", "flags.md")
 ARCHITECTURE = os.path.join(REPO, "docs", "architecture.md")
@@ -129,6 +129,8 @@ def preset_cell(env: str, name: str) -> str:
             by_value.setdefault(format_value(values[name]), []).append(algo)
     for value, algos in by_value.items():
         cell += f" (`{value}` with --algo={', '.join(algos)})"
+    if name in VECTOR_PRESETS.get(env, {}):
+        cell += f" (`{format_value(VECTOR_PRESETS[env][name])}` with a vector env)"
     return cell.strip()
 
 

@@ -30,7 +30,7 @@ def test_help_with_an_env_shows_its_presets_values_and_where_they_come_from(argv
 def test_a_flag_typed_with_help_wins_and_shows_what_it_replaced(capsys):
     text = help_text(["--env=CartPole-v1", "--algo=PPO", "--learning_rate=0.01", "--help"], capsys)
     assert "Adam learning rate. (typed: 0.01; default: 0.003, from the CartPole-v1 preset)" in text
-    assert "(default: 64, from the CartPole-v1 preset)" in text  # --num_envs_per_worker
+    assert "(default: 256, from the CartPole-v1 preset for vector envs)" in text  # --num_envs_per_worker
 
 
 def test_help_for_another_version_names_the_preset_it_was_made_for(capsys):

@@ -36,13 +36,28 @@ def test_only_flags_nobody_chose_are_fitted_and_envs_fill_whole_splits():
 
 
 def test_the_command_line_fits_what_is_neither_typed_nor_preset():
-    cfg, _ = parse_args(["--env=CartPole-v1"])  # the preset sets 64 envs per worker
+    cfg, _ = parse_args(["--env=CartPole-v1", "--env_vectorization=none"])  # the preset sets 64 envs per worker
     assert cfg.machine_fit == ["num_workers", "policy_workers_per_policy"]
     assert cfg.num_envs_per_worker == 64 and cfg.num_workers == len(os.sched_getaffinity(0))
     cfg, _ = parse_args(["--env=CartPole-v1", "--num_workers=3", "--policy_workers_per_policy=2"])
     assert cfg.machine_fit == [] and (cfg.num_workers, cfg.policy_workers_per_policy) == (3, 2)
     cfg, _ = parse_args(["--env=HalfCheetah-v5"])  # MuJoCo's preset pins two workers (a lag-0 dataset)
     assert cfg.num_workers == 2 and "num_workers" not in cfg.machine_fit
+
+
+def test_large_workers_of_a_vector_env_get_two_cores_each():
+    assert fitted_values(Machine(2, False), cores_per_worker=2)["num_workers"] == 1
+    assert fitted_values(Machine(1, False), cores_per_worker=2)["num_workers"] == 1
+    assert fitted_values(Machine(16, False), cores_per_worker=2)["num_workers"] == 8
+    assert fitted_values(Machine(16, False), num_workers=3, cores_per_worker=2)["num_workers"] == 3
+    cores = len(os.sched_getaffinity(0))
+    cfg, preset = parse_args(["--env=CartPole-v1"])  # gymnasium's numpy CartPole: the preset's vector-env values
+    assert (cfg.num_workers, cfg.num_envs_per_worker) == (max(1, cores // 2), 256)
+    assert cfg.machine_fit == ["num_workers", "policy_workers_per_policy"]
+    cfg, _ = parse_args(["--env=CartPole-v1", "--num_envs_per_worker=64"])  # small workers: one per core
+    assert (cfg.num_workers, cfg.num_envs_per_worker) == (cores, 64)
+    cfg, _ = parse_args(["--env=CartPole-v1", "--num_workers=3"])
+    assert (cfg.num_workers, cfg.num_envs_per_worker) == (3, 256)
 
 
 def test_the_workers_follow_this_process_cpu_affinity():

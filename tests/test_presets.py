@@ -64,6 +64,18 @@ def test_a_mujoco_id_without_a_preset_of_its_own_gets_the_familys(env):
     assert lines[0].startswith(f"applied the MuJoCo preset, made for every id of that family ({env} has no preset")
 
 
+def test_a_preset_has_values_of_its_own_for_vector_envs_which_the_console_names():
+    lines: list[str] = []
+    cfg, _ = parse_args(["--env=CartPole-v1"], announce=lines.append)
+    assert cfg.num_envs_per_worker == 256 and "with its values for vector envs" in lines[0]
+    lines.clear()
+    cfg, _ = parse_args(["--env=CartPole-v1", "--env_vectorization=none"], announce=lines.append)
+    assert cfg.num_envs_per_worker == 64 and "vector" not in lines[0]
+    cfg, _ = parse_args(["--env=CartPole-v1", "--num_envs_per_worker=32"])  # a flag typed still wins
+    assert cfg.num_envs_per_worker == 32
+    assert preset_for("Acrobot-v1", vectorized=True) == preset_for("Acrobot-v1")  # none of its own
+
+
 def test_an_env_outside_every_family_gets_none():
     assert family_of("CartPole-v1") is None and family_of("not-an-env") is None
     assert preset_for("HalfCheetah-v5").how == "exact"  # an env's own preset wins over its family's

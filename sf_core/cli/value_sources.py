@@ -12,8 +12,9 @@ from typing import Any, Sequence
 from sf_core.cli import import_user_modules
 from sf_core.cli.parser import explicit_flags
 from sf_core.config import Config
+from sf_core.envs.vector_backends import planned_backend
 from sf_core.run.env_fit import EnvFit, fit_to_spaces, probe_spaces
-from sf_core.run.presets import PresetMatch, preset_for
+from sf_core.run.presets import VECTOR_PRESETS, PresetMatch, preset_for
 from sf_core.service.endpoints import envs_served
 
 
@@ -43,12 +44,20 @@ class Layered:
         """Where flag `name`'s value under the typed flags comes from (the preset, or the fit to the env's
         spaces); None for Config's default."""
         if name in self.preset.values:
-            return f"from the {self.preset.key} preset"
+            vector = " for vector envs" if name in VECTOR_PRESETS.get(self.preset.key or "", {}) and \
+                self.preset.vectorized else ""
+            return f"from the {self.preset.key} preset{vector}"
         return "fitted to the env's spaces" if name in self.under else None
 
     def fitted(self) -> list[str]:
         """The flags set to values fitted to the env's spaces."""
         return [name for name in self.fit.values if name not in self.typed] if self.fit else []
+
+    def apply(self) -> None:
+        """Set the values applied under the typed flags."""
+        for key, value in self.under.items():
+            if key not in self.typed:
+                self.values[key] = value
 
     def lines(self) -> list[str]:
         """The console's lines about the values applied under the user's flags."""
@@ -73,7 +82,8 @@ def layered_values(parser: argparse.ArgumentParser, argv: Sequence[str]) -> Laye
         spaces = probe_spaces(values)
         fit = fit_to_spaces(*spaces) if spaces else None
     layered = Layered(values, typed, match, fit)
-    for key, value in layered.under.items():
-        if key not in typed:
-            values[key] = value
+    layered.apply()
+    if match.values and planned_backend(values) is not None:  # the preset's values for vector envs, over it
+        layered.preset = preset_for(values["env"], values["algo"], vectorized=True)
+        layered.apply()
     return layered

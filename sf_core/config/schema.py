@@ -101,7 +101,7 @@ class Config:
         "many seconds while slots are failed (or none is left); until then they wait while the other workers train.")
 
     # --- rollout
-    num_workers: int = flag(max(1, os.cpu_count() or 1), "rollout", "Rollout worker processes (on a cluster, per node). Untyped: one per usable core (sf_core/machine/fit.py).")
+    num_workers: int = flag(max(1, os.cpu_count() or 1), "rollout", "Rollout worker processes (on a cluster, per node). Untyped: one per usable core, or one per 2 where a native vector env steps 256 envs or more a worker (sf_core/machine/fit.py).")
     num_envs_per_worker: int = flag(8, "rollout", "Envs each rollout worker steps. Untyped and not set by a preset: 8, or 16 with a GPU.")
     worker_num_splits: int = flag(
         2, "rollout", "Groups a worker's envs are split into; one group steps while another waits for actions.")

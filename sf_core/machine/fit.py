@@ -2,7 +2,9 @@
 when neither the user nor the env's preset chose them.
 
     --num_workers                one rollout worker per core this process may use (its CPU affinity, so a
-                                 container's or `taskset`'s limit counts, not the host's cores)
+                                 container's or `taskset`'s limit counts, not the host's cores); fewer where a
+                                 native vector env steps each split in one call and the workers are large (its
+                                 backend's `cores_per_worker`, envs/vector_backends.py)
     --policy_workers_per_policy  one inference worker per 8 rollout workers, at most 4 and at most one per
                                  4 cores: one batches for several, and each more takes a share of the envs' cores
     --num_envs_per_worker        8 on the CPU; 16 with a GPU, whose forward pass costs about the same for
@@ -70,9 +72,10 @@ def check_device(device: str) -> None:
                               f"cuda:{count - 1}")
 
 
-def fitted_values(machine: Machine, num_workers: int | None = None) -> dict[str, int]:
-    """Every fitted flag's value for `machine`; `num_workers`, when the user chose it, sizes the inference workers."""
-    workers = machine.cores if num_workers is None else num_workers
+def fitted_values(machine: Machine, num_workers: int | None = None, cores_per_worker: int = 1) -> dict[str, int]:
+    """Every fitted flag's value for `machine`; `num_workers`, when the user chose it, sizes the inference workers;
+    else a rollout worker per `cores_per_worker` cores."""
+    workers = max(1, machine.cores // cores_per_worker) if num_workers is None else num_workers
     inference = min(MAX_INFERENCE_WORKERS, max(1, workers // ROLLOUT_WORKERS_PER_INFERENCE_WORKER),
                     max(1, machine.cores // 4))  # many workers typed on few cores: no more processes than cores
     return {"num_workers": workers, "num_envs_per_worker": 16 if machine.gpu else 8,
@@ -87,9 +90,14 @@ def whole_splits(envs: int, splits: int) -> int:
 def fit(values: dict[str, Any], chosen: set[str], machine: Machine) -> list[str]:
     """Set each fitted flag not in `chosen` (typed, or set by a preset or an env service) in `values`;
     returns the names it set."""
+    from sf_core.envs.vector_backends import planned_backend
+
     typed_workers = values["num_workers"] if "num_workers" in chosen else None
-    fitted = fitted_values(machine, typed_workers)
-    fitted["num_envs_per_worker"] = whole_splits(fitted["num_envs_per_worker"], values.get("worker_num_splits", 1))
+    envs = whole_splits(fitted_values(machine)["num_envs_per_worker"], values.get("worker_num_splits", 1))
+    backend = planned_backend(values)
+    per_worker = backend.cores_per_worker(values["num_envs_per_worker"] if "num_envs_per_worker" in chosen
+                                          else envs) if backend else 1
+    fitted = {**fitted_values(machine, typed_workers, per_worker), "num_envs_per_worker": envs}
     names = [name for name in FITTED if name not in chosen]
     for name in names:
         values[name] = fitted[name]
@@ -110,7 +118,7 @@ def refit_on_node(cfg: Any) -> Any:
     if not cfg.machine_fit or cfg.env_service:
         return cfg
     machine = Machine(usable_cores(), gpu=False)
-    values = {name: getattr(cfg, name) for name in FITTED}
+    values = {name: getattr(cfg, name) for name in (*FITTED, "env", "env_vectorization", "batched_sampling")}
     fit(values, set(FITTED) - set(cfg.machine_fit), machine)
     node_cfg = replace(cfg, **values)
     if any(getattr(node_cfg, name) != getattr(cfg, name) for name in FITTED):

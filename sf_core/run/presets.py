@@ -160,6 +160,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     "ALE/*": _ATARI,
 }
 
+# values over an env's preset where a native vector env builds its splits (--env_vectorization,
+# envs/vector_backends.py): one call steps a split, so bigger splits cost little more per step, and fewer,
+# larger inference batches serve them. CartPole: 256 envs per worker with one worker per 2 cores (the machine
+# fit) trained at 1.9x the 64-env layout on 2 cores and solved no slower (docs/performance.md).
+VECTOR_PRESETS: dict[str, dict[str, Any]] = {
+    "CartPole-v1": {"num_envs_per_worker": 256},
+}
+
 
 # envs whose preset, with no other flag, reaches the env's usual score, measured here (docs/results.md): for the
 # MuJoCo ids CleanRL's published score (Ant-v5: RL-Zoo's, CleanRL publishes none), as the mean over seeds 1-3 of
@@ -190,6 +198,7 @@ class PresetMatch(NamedTuple):
     key: str | None
     values: dict[str, Any]
     how: str
+    vectorized: bool = False  # VECTOR_PRESETS' values for the key are among `values`
 
     def describe(self, env: str) -> str | None:
         """The console's line about it for `env` (None when no preset is near)."""
@@ -205,15 +214,17 @@ class PresetMatch(NamedTuple):
         if self.how == "family":
             line = f"applied the {self.key} preset, made for every id of that family ({env} has no preset of its " \
                    f"own; flags you pass override it)"
+        if self.vectorized:
+            line += ", with its values for vector envs"
         if env not in VERIFIED:
             line += ": published values, not yet verified here to reach the env's usual score (docs/results.md)"
         return line
 
 
-def preset_for(env: str, algo: str = "APPO") -> PresetMatch:
+def preset_for(env: str, algo: str = "APPO", vectorized: bool = False) -> PresetMatch:
     """The preset for `env` and `algo`: an exact key first, then the longest matching prefix key (`atari_*`),
     then the key OTHER_VERSIONS names for it, then its family's; the algorithm's own values for that key over
-    the env's. An env
+    the env's, and with `vectorized` (a native vector env builds the splits) VECTOR_PRESETS' over those. An env
     whose other version has a preset, but not one known to be safe to apply to it, gets how="elsewhere"."""
     key: str | None = env if env in PRESETS else None
     prefixes = [k for k in PRESETS if k.endswith("*") and env.startswith(k[:-1])]
@@ -227,7 +238,9 @@ def preset_for(env: str, algo: str = "APPO") -> PresetMatch:
     if key is None:
         versions = [k for k in PRESETS if _unversioned(k) is not None and _unversioned(k) == _unversioned(env)]
         return PresetMatch(versions[0], {}, "elsewhere") if versions else PresetMatch(None, {}, "none")
-    return PresetMatch(key, {**PRESETS[key], **ALGORITHM_PRESETS.get(key, {}).get(algo, {})}, how)
+    vector = VECTOR_PRESETS.get(key, {}) if vectorized else {}
+    return PresetMatch(key, {**PRESETS[key], **ALGORITHM_PRESETS.get(key, {}).get(algo, {}), **vector}, how,
+                       bool(vector))
 
 
 def family_of(env: str) -> str | None:
