@@ -118,8 +118,10 @@ all() {
     # the training phases again with each inference option off or changed, in the same run: --variant
     local variants=(--variant="--cuda_graphs=False" --variant="--cuda_sync=yield")
     wanted gpu_tests && stage gpu_tests python3 -m pytest -m gpu tests -q -rs -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"}
+    # and Pong's splits as ale-py's AtariVectorEnv (issue 38), against the per-env path in the same run
     wanted pong && stage pong "${bench[@]}" --env=atari_pong --phases=raw,sampling,training,sf --seconds=12 --warmup=6 \
         --num_workers="$CORES" --num_envs_per_worker=16 --sf_module=sf_examples.atari.train_atari "${variants[@]}" \
+        --variant="--env_vectorization=ale" \
         ${BASELINE_REPO:+--baseline_repo="$BASELINE_REPO"} \
         --work_dir="$ALL_DIR/pong_runs" --output="$ALL_DIR/pong.json"
     wanted cartpole_512 && stage cartpole_512 "${bench[@]}" --env=CartPole-v1 --encoder_mlp_layers 512 512 \
