@@ -9,8 +9,9 @@ each other and run at once, each on a thread (torch releases the GIL inside its 
 a core each, and the process's intra-op threads are shared out among them) and, on a GPU, each on a CUDA
 stream of its own. A node's stream first waits for the work queued before the generation (its inputs), and
 the stream the next generation runs on waits for each node's stream, so consumers never read an output early.
-The generation's train_steps are among them unless `overlap_train_steps=False` (a learner group, whose ranks
-must issue their collectives in one order), when they follow one by one. Every train_step draws its random
+The generation's train_steps are among them unless `overlap_train_steps=False` (a learner group whose models
+share one process group, so its ranks must issue their collectives in one order), when they follow one by one;
+with a group per model (`--model_ranks`) each step's collectives are on its own group, and they overlap. Every train_step draws its random
 numbers from a generator of its own (`Context.generator`), seeded from torch's global one in the graph's
 order, and every node computes what it would alone: the results are those of sequential execution.
 

@@ -137,7 +137,7 @@ def run_mesh_rank(rank: int, spec: GroupSpec, cfg: Config, data: list, weights, 
         assert link.receive().kind == SEND_OPTIMIZERS
         link.mesh.send_optimizers(t.models)
     torch.save({"state": t.models["actor_critic"].module.state_dict(), "stats": stats, "trains": trains,
-                "optimizers": optimizers}, out)
+                "optimizers": optimizers, "overlaps": t.executor.overlap_train_steps}, out)
     if rank > 0:
         assert link.receive().kind == STOP
     link.close()
@@ -155,25 +155,7 @@ def test_each_model_trains_on_its_own_ranks_as_one_learner_would_and_rank_0_ends
         single.train(d, LEARNING_RATE, 0)
     reference = single.models["actor_critic"].module.state_dict()
 
-    spec = GroupSpec(4, free_port(), timeout=60.0, devices=("cpu",) * 4, address=ADDRESS,
-                     model_ranks=tuple(parse_ranks(PLACEMENT).items()))
-    outs = [str(tmp_path / f"rank_{r}.pt") for r in range(4)]
-    group_cfg = dataclasses.replace(cfg, num_learners=4, model_ranks=PLACEMENT)
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=run_mesh_rank, args=(r, spec, group_cfg, data, weights, outs[r]), daemon=True)
-             for r in range(4)]
-    for p in procs:
-        p.start()
-    try:
-        for p in procs:
-            p.join(timeout=120)
-        assert [p.exitcode for p in procs] == [0] * 4
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(5)
-    ranks = [torch.load(out, weights_only=True) for out in outs]
+    ranks = train_on_ranks(4, PLACEMENT, cfg, data, weights, tmp_path)
     assert [r["trains"] for r in ranks] == [["actor_critic", "critic"]] * 2 + [["actor", "actor_critic"]] * 2
     actor = [k for k in reference if k.startswith(("actor.", "action_head."))]
     critic = [k for k in reference if k.startswith(("critic.", "value_head.", "returns_norm."))]
@@ -195,6 +177,51 @@ def test_each_model_trains_on_its_own_ranks_as_one_learner_would_and_rank_0_ends
     assert moments[0] and all(torch.equal(moments[0][i]["exp_avg_sq"], m[i]["exp_avg_sq"])
                               for m in moments[1:] for i in moments[0])
     assert "actor" not in ranks[1]["optimizers"] and "critic" not in ranks[2]["optimizers"]
+
+
+def train_on_ranks(n: int, placement: str, cfg: Config, data: list, weights, tmp_path) -> list[dict]:
+    """What each of `n` forked ranks, with the models placed by `placement`, holds after training on `data`."""
+    spec = GroupSpec(n, free_port(), timeout=60.0, devices=("cpu",) * n, address=ADDRESS,
+                     model_ranks=tuple(parse_ranks(placement).items()))
+    outs = [str(tmp_path / f"rank_{r}.pt") for r in range(n)]
+    group_cfg = dataclasses.replace(cfg, num_learners=n, model_ranks=placement)
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=run_mesh_rank, args=(r, spec, group_cfg, data, weights, outs[r]), daemon=True)
+             for r in range(n)]
+    for p in procs:
+        p.start()
+    try:
+        for p in procs:
+            p.join(timeout=120)
+        assert [p.exitcode for p in procs] == [0] * n
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+    return [torch.load(out, weights_only=True) for out in outs]
+
+
+@pytest.mark.slow  # starts two processes
+@pytest.mark.timeout(120)
+def test_two_models_on_the_same_ranks_train_at_once_as_one_learner_trains_them_one_by_one(tmp_path):
+    """Each rank holds both models, each with its process group: with --overlap_graph_nodes their train_steps
+    run at once, each all-reducing on its own group, and end where one learner's sequential steps end."""
+    cfg = small_config(split_actor_critic=True)
+    data, weights = datasets(cfg, 0), initial_weights(cfg)
+    single = trainer(cfg)
+    single.build(weights, None)
+    for d in data:
+        torch.manual_seed(11)
+        single.train(d, LEARNING_RATE, 0)
+    reference = single.models["actor_critic"].module.state_dict()
+    overlapping = dataclasses.replace(cfg, overlap_graph_nodes=True)
+    ranks = train_on_ranks(2, "critic=0,1; actor=0-1", overlapping, data, weights, tmp_path)
+    assert all(r["overlaps"] for r in ranks) and not single.executor.overlap_train_steps
+    assert [r["trains"] for r in ranks] == [["actor", "actor_critic", "critic"]] * 2
+    assert max((reference[k].double() - ranks[0]["state"][k].double()).abs().max().item() for k in reference) < 1e-5
+    assert max((reference[k] - single_start(weights)[k]).abs().max().item() for k in reference) > 1e-3
+    assert all(torch.equal(ranks[0]["state"][k], ranks[1]["state"][k]) for k in reference)
 
 
 def single_start(weights) -> dict[str, torch.Tensor]:

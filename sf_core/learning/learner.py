@@ -100,10 +100,11 @@ class Trainer:
             self.models = mesh.place(self.models)
         context = Context(self.models, params, on_minibatch=on_minibatch, policy_index=self.policy, **hooks)
         # a learner group's ranks share one process group for every model, so their collectives must come in one
-        # order: train_steps one by one there (a group of ranks per model would lift this)
+        # order: train_steps one by one there. With --model_ranks each model has a group of its own, and a
+        # train_step's collectives are its model's: steps on different groups may run at once
         self.executor = GraphExecutor(build_graph(algorithm.nodes, BATCH_KEYS), context,
                                       overlap=self.cfg.overlap_graph_nodes, home=self.device,
-                                      overlap_train_steps=link is None,
+                                      overlap_train_steps=link is None or mesh is not None,
                                       mesh=mesh.mesh(self.cfg.batch_size, ModelHooks(**hooks)) if mesh else None)
         self.apply_hyperparams()
         return version
