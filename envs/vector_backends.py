@@ -67,8 +67,8 @@ class GymnasiumBackend(VectorBackend):
 
     def cores_per_worker(self, envs_per_worker: int) -> int:
         """Two from 256 envs a worker: one numpy call steps a whole split, so a large worker mostly waits for its
-        actions, and the core it leaves serves inference and the learner. On 2 cores (CartPole, docs/performance.md)
-        one worker of 256 trained 1.1x two of 256; one of 64 or 128 was slower than two."""
+        actions, and the core it leaves serves inference and the learner; with fewer envs two workers were faster
+        (the sweep in docs/performance.md, "Natively vectorized envs")."""
         return 2 if envs_per_worker >= 256 else 1
 
     def supports(self, env_name: str, registry: EnvRegistry) -> bool:

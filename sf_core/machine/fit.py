@@ -90,7 +90,7 @@ def whole_splits(envs: int, splits: int) -> int:
 def fit(values: dict[str, Any], chosen: set[str], machine: Machine) -> list[str]:
     """Set each fitted flag not in `chosen` (typed, or set by a preset or an env service) in `values`;
     returns the names it set."""
-    from sf_core.envs.vector_backends import planned_backend
+    from sf_core.envs.vector_backends import planned_backend  # the env registry: only once flags are fitted
 
     typed_workers = values["num_workers"] if "num_workers" in chosen else None
     envs = whole_splits(fitted_values(machine)["num_envs_per_worker"], values.get("worker_num_splits", 1))

@@ -123,8 +123,8 @@ _MUJOCO: dict[str, Any] = {
 # HalfCheetah-v5 keeps the learning values it was first run with (RL-Zoo's PPO MuJoCo entries and Sample
 # Factory's mujoco_params: one 256x256 tanh body, initial std e^-1, 5 epochs of 1024-sample minibatches, lag 0).
 # 16 envs a worker with rollouts of 32 (the same 1,024 samples a round as 8 x 64) halve the inference worker's
-# calls per frame: 1.36x the frames/s, and over seeds 1-3 an evaluation of 5,887 against 5,847 in 137-141 s
-# from launch to exit (docs/results.md).
+# calls per frame, its largest cost: faster, with the same scores (docs/results.md, "MuJoCo against the
+# published scores").
 _HALF_CHEETAH: dict[str, Any] = {
     **_MUJOCO, "num_envs_per_worker": 16, "rollout": 32, "batch_size": 1024, "num_batches_per_epoch": 2,
     "num_epochs": 5, "async_rl": False, "max_grad_norm": 1.0, "encoder_mlp_layers": [256, 256],
@@ -164,8 +164,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # values over an env's preset where a native vector env builds its splits (--env_vectorization,
 # envs/vector_backends.py): one call steps a split, so bigger splits cost little more per step, and fewer,
-# larger inference batches serve them. CartPole: 256 envs per worker with one worker per 2 cores (the machine
-# fit) trained at 1.9x the 64-env layout on 2 cores and solved no slower (docs/performance.md).
+# larger inference batches serve them. CartPole: 256 envs a worker, with one worker per 2 cores (the machine
+# fit), trained faster than the per-env layout and solved sooner (docs/performance.md, "Natively vectorized envs").
 VECTOR_PRESETS: dict[str, dict[str, Any]] = {
     "CartPole-v1": {"num_envs_per_worker": 256},
 }
