@@ -77,9 +77,10 @@ def test_two_nodes_solve_cartpole_with_one_node_killed_and_regain_its_sampler_wh
     would not say so) and the replacement starts there. The run goes on until it has solved CartPole and the
     replacement has sampled; then the user stops it (SIGTERM). Stopping at the target instead would race the
     replacement's start, which a busy machine can delay past the solve."""
+    # 64 envs a worker, not the vector preset's 256: a node's shards come as often as the timings here assume
     result, summary = on_two_nodes(tmp_path, "--env=CartPole-v1", "--num_samplers=2", "--num_workers=1",
-                                   "--serial_mode=True", "--train_for_seconds=150", "--train_for_env_steps=1000000",
-                                   "--seed=1", "--sampler_cpus=2",
+                                   "--num_envs_per_worker=64", "--serial_mode=True", "--train_for_seconds=150",
+                                   "--train_for_env_steps=1000000", "--seed=1", "--sampler_cpus=2",
                                    kill_after_frames=40_000, restore_node_after_sec=10,
                                    stop_when_replaced_and_return=SOLVED)
     assert result["killed_at_frames"] is not None, "the run ended before the node could be killed"
@@ -153,7 +154,8 @@ def test_two_policies_and_pbt_on_two_nodes(tmp_path):
     both policies reach the target: a fixed frame budget could end it inside one of the collapses PPO has now
     and then on CartPole, which PBT copies to both policies."""
     result, summary = on_two_nodes(tmp_path, "--env=CartPole-v1", "--num_policies=2", "--num_workers=2",
-                                   "--serial_mode=True", "--train_for_env_steps=1500000", "--target_mean_return=450",
+                                   "--num_envs_per_worker=64", "--serial_mode=True", "--train_for_env_steps=1500000",
+                                   "--target_mean_return=450",
                                    "--seed=1", "--policy_hyperparams", "1:learning_rate=3e-6", "--with_pbt",
                                    "--pbt_period_env_steps=50000", "--pbt_start_mutation=100000", timeout=200)
     assert result["exit_code"] == 0, result["output"][-3000:]

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from sf_core.config import Config
 from sf_core.contracts.component import Component, Routing
 from sf_core.contracts.control import ControlBlock
+from sf_core.contracts.queue_lock import QueueLock
 from sf_core.contracts.signals import InferenceReport, Report, RolloutReport
 from sf_core.machine.wiring import Topology
 from sf_core.run.fault_log import REPLACED, RESTARTED_ALL, STOPPED, Fault
@@ -70,6 +71,16 @@ class Verdict:
     # run stops
     action: str
     message: str
+
+
+def _give_back_the_runners_lock(worker: RolloutWorker) -> None:
+    """A worker killed inside a put to the runner leaves the runner's queue locked. The loop watchdog gives that lock
+    back once the loop stalls on it (sf_core/contracts/loop_watchdog.py), but a health check may meet the death
+    first: given back here too, the worker is replaced alone either way, not with every other component."""
+    queue = worker.receiver_queues.get("runner")
+    lock = QueueLock.of(queue) if queue is not None else None
+    if lock is not None and (owner := lock.release_if_owner_died()):
+        log.warning("a dead process (thread %d) left the runner's signal queue locked: given back", owner)
 
 
 class WorkerReplacement:
@@ -106,6 +117,7 @@ class WorkerReplacement:
         times = self._recent(worker.name, now)
         if len(times) >= self.limit:
             return self._not_alone(worker, topology, stats, now, STOP, f"{cause}; {self._spent(len(times))}")
+        _give_back_the_runners_lock(worker)
         locked = Routing.locked_queues(worker, QUEUE_PROBE_SEC)
         if locked:
             return self._not_alone(worker, topology, stats, now, RESTART_ALL if can_restart_all else STOP, (
