@@ -94,10 +94,14 @@ def train_as_group(tmp_path, cfg: Config, data: list, weights: SharedWeights, si
                    sent: bool = False) -> list[dict]:
     layout = ShareLayout.of(share_of(data[0], 1, size)) if sent else None
     spec = GroupSpec(size, free_port(), timeout=60.0, devices=("cpu",) * size, address=ADDRESS, share_layout=layout)
+    return fork_ranks(tmp_path, size, run_rank, (spec, cfg, data, weights))
+
+
+def fork_ranks(tmp_path, size: int, target, args: tuple) -> list[dict]:
+    """`target(rank, *args, out)` in `size` forked processes; what each saved to its `out`."""
     ctx = multiprocessing.get_context("fork")
     outs = [str(tmp_path / f"rank_{r}.pt") for r in range(size)]
-    procs = [ctx.Process(target=run_rank, args=(r, spec, cfg, data, weights, outs[r]), daemon=True)
-             for r in range(size)]
+    procs = [ctx.Process(target=target, args=(r, *args, outs[r]), daemon=True) for r in range(size)]
     for p in procs:
         p.start()
     try:

@@ -6,7 +6,6 @@ CartPole."""
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 
 import pytest
 import torch
@@ -20,7 +19,8 @@ from sf_core.config import Config, ConfigError
 from sf_core.learning.group.link import SEND_OPTIMIZERS, STOP, TRAIN, GroupSpec
 from sf_core.learning.group.network import ADDRESS, free_port
 from tests.helpers import read_summary, run_to_the_end
-from tests.test_learner_group import LEARNING_RATE, datasets, initial_weights, small_config, trainer
+from tests.test_learner_group import (LEARNING_RATE, datasets, fork_ranks, initial_weights, small_config,
+                                      trainer)
 
 PLACEMENT = "critic=0,1; actor=2,3"
 
@@ -183,23 +183,8 @@ def train_on_ranks(n: int, placement: str, cfg: Config, data: list, weights, tmp
     """What each of `n` forked ranks, with the models placed by `placement`, holds after training on `data`."""
     spec = GroupSpec(n, free_port(), timeout=60.0, devices=("cpu",) * n, address=ADDRESS,
                      model_ranks=tuple(parse_ranks(placement).items()))
-    outs = [str(tmp_path / f"rank_{r}.pt") for r in range(n)]
     group_cfg = dataclasses.replace(cfg, num_learners=n, model_ranks=placement)
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=run_mesh_rank, args=(r, spec, group_cfg, data, weights, outs[r]), daemon=True)
-             for r in range(n)]
-    for p in procs:
-        p.start()
-    try:
-        for p in procs:
-            p.join(timeout=120)
-        assert [p.exitcode for p in procs] == [0] * n
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(5)
-    return [torch.load(out, weights_only=True) for out in outs]
+    return fork_ranks(tmp_path, n, run_mesh_rank, (spec, group_cfg, data, weights))
 
 
 @pytest.mark.slow  # starts two processes
