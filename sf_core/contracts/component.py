@@ -247,6 +247,12 @@ class Routing:
             timer.start()
 
     @staticmethod
+    def queue_to(sender: EventLoopObject, receiver_id: str) -> Any:
+        """The faster-fifo queue `sender`'s signals to `receiver_id` go into (None if it sends it none)."""
+        queue = sender.receiver_queues.get(receiver_id)
+        return queue.queue if isinstance(queue, PollingQueue) else queue
+
+    @staticmethod
     def forget_receivers(sender: EventLoopObject, receiver_ids: list[str]) -> None:
         """Stop routing `sender`'s signals to these receivers (dead processes). signal-slot's disconnect()
         refuses objects of another process once started; the sender's own tables are all an emit reads."""

@@ -77,7 +77,7 @@ def _give_back_the_runners_lock(worker: RolloutWorker) -> None:
     """A worker killed inside a put to the runner leaves the runner's queue locked. The loop watchdog gives that lock
     back once the loop stalls on it (sf_core/contracts/loop_watchdog.py), but a health check may meet the death
     first: given back here too, the worker is replaced alone either way, not with every other component."""
-    queue = worker.receiver_queues.get("runner")
+    queue = Routing.queue_to(worker, "runner")
     lock = QueueLock.of(queue) if queue is not None else None
     if lock is not None and (owner := lock.release_if_owner_died()):
         log.warning("a dead process (thread %d) left the runner's signal queue locked: given back", owner)
