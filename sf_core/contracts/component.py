@@ -169,8 +169,7 @@ class Routing:
     @staticmethod
     def queue_of(loop: EventLoop) -> Any:
         """The faster-fifo queue a loop reads (sf_core/contracts/loop_watchdog.py looks at its lock)."""
-        queue = loop.signal_queue
-        return queue.queue if isinstance(queue, PollingQueue) else queue
+        return _faster_fifo(loop.signal_queue)
 
     @staticmethod
     def _swap_queue(loop: EventLoop, new: Any) -> None:
@@ -249,8 +248,7 @@ class Routing:
     @staticmethod
     def queue_to(sender: EventLoopObject, receiver_id: str) -> Any:
         """The faster-fifo queue `sender`'s signals to `receiver_id` go into (None if it sends it none)."""
-        queue = sender.receiver_queues.get(receiver_id)
-        return queue.queue if isinstance(queue, PollingQueue) else queue
+        return _faster_fifo(sender.receiver_queues.get(receiver_id))
 
     @staticmethod
     def forget_receivers(sender: EventLoopObject, receiver_ids: list[str]) -> None:
@@ -389,3 +387,8 @@ def run_loop(loop: EventLoop, reporter: Component | None) -> None:
         if reporter is not None:
             reporter.report_error(exc)
         raise SystemExit(1)
+
+
+def _faster_fifo(queue: Any) -> Any:
+    """The faster-fifo queue itself, where a PollingQueue wraps it."""
+    return queue.queue if isinstance(queue, PollingQueue) else queue
