@@ -79,8 +79,7 @@ def test_load_policy_takes_a_checkpoint_file(tmp_path):
 @pytest.mark.slow
 def test_train_evaluate_and_train_on(tmp_path):
     """Trained to CartPole's 475, the policy plays on its own; a second call resumes."""
-    trainer = sf_core.Trainer(env="CartPole-v1", train_dir=str(tmp_path), target_mean_return=475,
-                              train_for_env_steps=400_000)
+    trainer = sf_core.Trainer(env="CartPole-v1", train_dir=str(tmp_path), target_mean_return=475)
     result = trainer.train()
     assert result.time_to_target is not None and result.mean_return >= 475 and result.best_mean_return >= 475
     assert result.experiment_dir == str(tmp_path / "CartPole-v1") and result.frames >= 20_000
