@@ -160,7 +160,7 @@ def test_docs_kl_penalty_example_runs_and_logs_kl(tmp_path):
 def test_docs_policy_loss_recipe_trains_cartpole_and_logs_its_statistic(tmp_path):
     (tmp_path / "my_loss.py").write_text(extract_doc_example("loss-example"))
     result = launch.run(["--env=CartPole-v1", "--algo=APPO_KLPEN", "--env_module=my_loss", f"--train_dir={tmp_path}",
-                         "--experiment=loss", "--target_mean_return=475", "--train_for_env_steps=600000",
+                         "--experiment=loss", "--target_mean_return=475", "--train_for_env_steps=1000000",
                          "--experiment_summaries_interval=1"], timeout=180, cwd=str(tmp_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = json.loads((tmp_path / "loss" / "training_summary.json").read_text())

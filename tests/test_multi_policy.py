@@ -192,7 +192,8 @@ def test_kill_9_then_rerun_resumes_every_policy_with_its_own_counters_and_pbt_hy
 
     args = ["--env=CartPole-v1", "--num_policies=2", "--num_workers=2", f"--train_dir={tmp_path}",
             "--experiment=run", "--save_every_sec=1", "--seed=5", "--with_pbt", "--pbt_period_env_steps=20000",
-            "--pbt_start_mutation=20000", "--policy_hyperparams", "1:learning_rate=1e-6"]
+            "--pbt_start_mutation=20000", "--lr_schedule=constant",  # the learner's rate is the one PBT set
+            "--policy_hyperparams", "1:learning_rate=1e-6"]
     dirs = [str(tmp_path / "run" / f"checkpoint_p{p}") for p in range(2)]
     events = tmp_path / "run" / "pbt.jsonl"
 
