@@ -66,8 +66,8 @@ def test_resuming_an_experiment_of_another_env_or_model_is_one_message_and_loads
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_kill_9_then_rerun_resumes_from_last_checkpoint(tmp_path):
-    args = ["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--experiment=run",
-            "--save_every_sec=1", "--experiment_summaries_interval=0.5", "--seed=7"]
+    args = ["--env=CartPole-v1", "--num_workers=2", "--num_envs_per_worker=64", f"--train_dir={tmp_path}",
+            "--experiment=run", "--save_every_sec=1", "--experiment_summaries_interval=0.5", "--seed=7"]
     ckpt_dir = tmp_path / "run" / "checkpoint"
     kill_9_once(args + ["--train_for_env_steps=10000000"],
                 lambda: len(checkpoint.list_checkpoints(str(ckpt_dir))) >= 2, 60, "two checkpoints")
