@@ -32,7 +32,8 @@ _CLASSIC_DISCRETE: dict[str, Any] = {
 # 118k-132k frames to 475 instead of 290k-355k, and it held 500 to 1M frames; REINFORCE's plain policy gradient
 # collapsed with it to a deterministic policy in one CI run of three, so REINFORCE keeps 3e-4
 # (docs/performance.md, "Time to solve CartPole").
-# In the per-env layout solved by ~130k frames, and at 500 from ~250k on: half the budget of the slower REINFORCE settles it.
+# In the per-env layout solved by ~130k frames, and at 500 from ~250k on: half the budget of the slower
+# REINFORCE settles it.
 _PPO_CARTPOLE: dict[str, Any] = {"learning_rate": 3e-3, "train_for_env_steps": 500_000}
 
 # Acrobot needs longer rollouts and more, smaller minibatches than CartPole: with CartPole's values the return
