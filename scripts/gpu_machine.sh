@@ -43,6 +43,9 @@ download() {
 }
 
 install() {
+    if [[ -f /tmp/ours_site/.done && -f /tmp/sf_site/.done ]]; then  # a warm machine: installed by an earlier call
+        export PYTHONPATH=/tmp/ours_site${PYTHONPATH:+:$PYTHONPATH}; return
+    fi
     local pip=(python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade)
     "${pip[@]}" --target /tmp/ours_site "$WHEELS"/ours/*.whl
     "${pip[@]}" --target /tmp/sf_site "$WHEELS"/sf/*.whl
@@ -50,6 +53,7 @@ install() {
     # gymnasium 0.29 never imports it, so every interpreter of Sample Factory's does at start
     echo 'import importlib.util; importlib.util.find_spec("ale_py") and __import__("ale_py")' > /tmp/sf_site/sitecustomize.py
     printf '#!/bin/sh\nPYTHONPATH=/tmp/sf_site exec python3 "$@"\n' > .sf_python && chmod +x .sf_python
+    touch /tmp/ours_site/.done /tmp/sf_site/.done
     export PYTHONPATH=/tmp/ours_site${PYTHONPATH:+:$PYTHONPATH}
     python3 -c "import torch, gymnasium, numpy; print('ours: torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'gymnasium', gymnasium.__version__, 'numpy', numpy.__version__)"
     ./.sf_python -c "import importlib.metadata as m, sample_factory, gymnasium, numpy, cv2; print('sample factory', m.version('sample-factory'), 'gymnasium', gymnasium.__version__, 'numpy', numpy.__version__)"
@@ -116,14 +120,19 @@ all() {
     mkdir -p "$ALL_DIR"
     local bench=(python3 scripts/benchmark.py --extra="--device=cuda" --sf_python=./.sf_python)
     # the training phases again with each inference option off or changed, in the same run: --variant
+    # PONG_VARIANTS=ale keeps only the ale one, PONG_PHASES=raw,training,sf drops sampling: a shorter pong stage
     local variants=(--variant="--cuda_graphs=False" --variant="--cuda_sync=yield")
+    [[ "${PONG_VARIANTS:-}" == ale ]] && variants=()
     wanted gpu_tests && stage gpu_tests python3 -m pytest -m gpu tests -q -rs -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"}
     # and Pong's splits as ale-py's AtariVectorEnv (issue 38), against the per-env path in the same run
-    wanted pong && stage pong "${bench[@]}" --env=atari_pong --phases=raw,sampling,training,sf --seconds=12 --warmup=6 \
+    wanted pong && stage pong "${bench[@]}" --env=atari_pong --phases="${PONG_PHASES:-raw,sampling,training,sf}" --seconds=12 --warmup=6 \
         --num_workers="$CORES" --num_envs_per_worker=16 --sf_module=sf_examples.atari.train_atari "${variants[@]}" \
         --variant="--env_vectorization=ale" \
         ${BASELINE_REPO:+--baseline_repo="$BASELINE_REPO"} \
         --work_dir="$ALL_DIR/pong_runs" --output="$ALL_DIR/pong.json"
+    # the better raw ceiling of issue 38: the ale backend's vector env of a split, one process per core
+    wanted ale_raw && stage ale_raw python3 scripts/bench_vector_raw.py --processes="$CORES" --seconds=10 \
+        --warmup=4 -- --env=atari_pong --env_vectorization=ale --num_workers="$CORES" --num_envs_per_worker=16
     wanted cartpole_512 && stage cartpole_512 "${bench[@]}" --env=CartPole-v1 --encoder_mlp_layers 512 512 \
         --phases=training,sf --seconds=12 --warmup=5 --num_workers="$CORES" "${variants[@]}" \
         --work_dir="$ALL_DIR/cartpole_runs" --output="$ALL_DIR/cartpole_512.json"
@@ -149,19 +158,25 @@ bench_scaling() {
 }
 
 # The published scores on the GPU box (docs/results.md): Pong, 3 seeds, each stopped 3 minutes after its start
-# (or at a mean return of 20), through scripts/reproduce.py; its table, JSON and curves land in $OUTDIR/scores.
+# (or at a mean return of 20), through scripts/reproduce.py; its table lands in
+# $OUTDIR/scores_results.md, and the JSON, curves, records and logs in $OUTDIR/scores.tar.gz.
 # About 10.5 minutes with start-up and evaluation: one device call of its own. SCORES_ENVS=atari_breakout
-# SCORES_SECONDS=540 SCORES_SEEDS=1 runs Breakout's 40M frames instead. SCORES_UPDATES sets the updates per
+# SCORES_SECONDS=540 SCORES_SEEDS=1 runs Breakout's 40M frames instead. SCORES_FRAMES (default 40M, CleanRL's
+# budget, so that time and not frames ends a Pong run; the learning rate decays over it) and SCORES_DEADLINE (seconds
+# for all seeds: reproduce.py is stopped then, and writes the table of the seeds done; the same command on the same
+# machine goes on with the rest, since finished runs are not rerun). SCORES_UPDATES sets the updates per
 # sample: by default CleanRL's (4 epochs of 256-sample minibatches), since the preset's 2 epochs of 512 had not
 # moved Pong's policy at 4.35M frames on 2 CPU cores (docs/results.md); SCORES_UPDATES= runs the preset's.
 scores() {
     local work=/tmp/scores
     local updates=${SCORES_UPDATES-"--num_epochs=4 --batch_size=256 --num_batches_per_epoch=4"}
-    python3 scripts/reproduce.py --envs="${SCORES_ENVS:-atari_pong}" --seeds="${SCORES_SEEDS:-1,2,3}" \
-        --eval_episodes=3 --out="$work" --extra="--device=cuda --num_workers=$CORES --num_envs_per_worker=16 \
+    timeout "${SCORES_DEADLINE:-100000}" python3 scripts/reproduce.py --envs="${SCORES_ENVS:-atari_pong}" \
+        --seeds="${SCORES_SEEDS:-1,2,3}" --frames="${SCORES_FRAMES:-40000000}" --eval_episodes=3 --out="$work" --extra="--device=cuda --num_workers=$CORES --num_envs_per_worker=16 \
         --train_for_seconds=${SCORES_SECONDS:-180} --target_mean_return=${SCORES_TARGET:-20} $updates" \
         2>&1 | tee "$OUTDIR/scores.log" || true
-    mkdir -p "$OUTDIR/scores" && cp -r "$work"/results.* "$work"/plots "$OUTDIR/scores/" 2>/dev/null || true
+    # three files back (the device tool brings at most 8): the log, the table, and everything else packed
+    cp -f "$work/results.md" "$OUTDIR/scores_results.md" 2>/dev/null || true
+    tar czf "$OUTDIR/scores.tar.gz" -C "$work" --exclude=runs . 2>/dev/null || true
 }
 
 case "${1:-}" in
