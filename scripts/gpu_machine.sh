@@ -43,6 +43,10 @@ download() {
 }
 
 install() {
+    # setup.py installs the repository's algo/ and envs/ as sf_core.algo and sf_core.envs; without an install
+    # (pip's editable build failed there, 2026-11-27), links inside sf_core/ give a plain import the same names
+    local folder
+    for folder in algo envs; do [[ -e sf_core/$folder ]] || ln -s "../$folder" "sf_core/$folder"; done
     if [[ -f /tmp/ours_site/.done && -f /tmp/sf_site/.done ]]; then  # a warm machine: installed by an earlier call
         export PYTHONPATH=/tmp/ours_site${PYTHONPATH:+:$PYTHONPATH}; return
     fi
