@@ -168,12 +168,11 @@ bench_scaling() {
 # SCORES_SECONDS=540 SCORES_SEEDS=1 runs Breakout's 40M frames instead. SCORES_FRAMES (default 40M, CleanRL's
 # budget, so that time and not frames ends a Pong run; the learning rate decays over it) and SCORES_DEADLINE (seconds
 # for all seeds: reproduce.py is stopped then, and writes the table of the seeds done; the same command on the same
-# machine goes on with the rest, since finished runs are not rerun). SCORES_UPDATES sets the updates per
-# sample: by default CleanRL's (4 epochs of 256-sample minibatches), since the preset's 2 epochs of 512 had not
-# moved Pong's policy at 4.35M frames on 2 CPU cores (docs/results.md); SCORES_UPDATES= runs the preset's.
+# machine goes on with the rest, since finished runs are not rerun). SCORES_UPDATES adds
+# trainer flags, e.g. updates per sample other than the preset's (which are CleanRL's: 4 epochs of 4 x 256).
 scores() {
     local work=/tmp/scores
-    local updates=${SCORES_UPDATES-"--num_epochs=4 --batch_size=256 --num_batches_per_epoch=4"}
+    local updates=${SCORES_UPDATES:-}
     timeout "${SCORES_DEADLINE:-100000}" python3 scripts/reproduce.py --envs="${SCORES_ENVS:-atari_pong}" \
         --seeds="${SCORES_SEEDS:-1,2,3}" --frames="${SCORES_FRAMES:-40000000}" --eval_episodes=3 --out="$work" --extra="--device=cuda --num_workers=$CORES --num_envs_per_worker=16 \
         --train_for_seconds=${SCORES_SECONDS:-180} --target_mean_return=${SCORES_TARGET:-20} $updates" \

@@ -60,17 +60,19 @@ _PENDULUM: dict[str, Any] = {
     "train_for_env_steps": 500_000,
 }
 
-# Atari (envs/atari.py), learning values sized for a 2-core CPU; --num_workers fits the machine. PPO-Atari values (Schulman et al. 2017; CleanRL,
-# Sample Factory's atari_params: lr 2.5e-4, clip 0.1, entropy 0.01, grad norm 0.5, adam eps 1e-5, ReLU
-# Nature CNN) with fewer epochs: on CPU the conv learner, not the emulator, limits throughput.
+# Atari (envs/atari.py): PPO-Atari values (Schulman et al. 2017; CleanRL's ppo_atari and Sample Factory's
+# atari_params: lr 2.5e-4, clip 0.1, entropy 0.01, grad norm 0.5, adam eps 1e-5, ReLU Nature CNN) with their
+# updates per sample, 16 SGD steps of 256 per 1,024 samples; --num_workers fits the machine. A quarter of those
+# steps (2 epochs of 512) trained twice as fast on a CPU but did not move Pong's policy in 4.35M frames; these
+# took it from -21 to -12 in 7.4M (an H200, 2 seeds: docs/results.md).
 _ATARI: dict[str, Any] = {
     "env_frameskip": 4,
     "num_envs_per_worker": 8,
     "worker_num_splits": 2,
     "rollout": 64,
-    "batch_size": 512,
-    "num_batches_per_epoch": 2,
-    "num_epochs": 2,
+    "batch_size": 256,
+    "num_batches_per_epoch": 4,
+    "num_epochs": 4,
     "learning_rate": 2.5e-4,
     "lr_schedule": "linear_decay",
     "adam_eps": 1e-5,
