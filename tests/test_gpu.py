@@ -186,6 +186,26 @@ def test_an_offloaded_models_copy_overlaps_the_node_before_it(tmp_path):
     assert result["copy_hidden_share"] >= 0.5, result
 
 
+def test_a_one_rank_nccl_group_trains_as_the_learner_alone(tmp_path):
+    """NCCL's collectives (broadcast, all-reduce, all-gather) over a group of one rank on the GPU: the learner
+    in that group ends where the learner alone on the GPU ends. Spawned, so CUDA starts in that process only."""
+    import multiprocessing
+
+    from tests.test_learner_group import assert_a_group_of_one_trains_as_the_learner_alone, train_in_a_group_of_one
+
+    out = str(tmp_path / "ends.pt")
+    proc = multiprocessing.get_context("spawn").Process(target=train_in_a_group_of_one, args=("cuda:0", out))
+    proc.start()
+    proc.join(timeout=120)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5)
+    assert proc.exitcode == 0
+    ends = torch.load(out, weights_only=True)
+    assert ends["backend"] == "nccl"
+    assert_a_group_of_one_trains_as_the_learner_alone(ends)
+
+
 @pytest.mark.parametrize("mixed_precision", [False, True], ids=["float32", "bf16"])
 def test_cuda_graphs_replay_the_eager_pass_at_every_batch_size_and_follow_new_weights(mixed_precision):
     """--cuda_graphs: the inference worker's forward pass and sampling, replayed per batch-size bucket, give the

@@ -204,6 +204,60 @@ def test_two_ranks_train_as_one_learner_with_the_whole_batch(tmp_path, recurrent
             assert group[key] == pytest.approx(one[key], rel=1e-5, abs=1e-6), key
 
 
+def train_in_a_group_of_one(device: str, out: str) -> None:
+    """The learner alone on `device`, then rank 0 of a group of one rank there (gloo on the CPU, NCCL on a GPU),
+    each from the same weights over the same datasets; saves both ends and the group's backend to `out`. Run in
+    a process of its own: the group's process group, and on a GPU its CUDA context, stay there."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    cfg = small_config()
+    data, weights = datasets(cfg, 0), initial_weights(cfg)
+    ends = {}
+    for grouped in (False, True):
+        t = Trainer(cfg, OBS, ACTIONS, ModelSpec.from_config(cfg), device, SEED, algorithm_builder(cfg.algo))
+        link = GroupSpec(1, free_port(), timeout=60.0, devices=(device,), address=ADDRESS).join(0) if grouped \
+            else None
+        t.build(weights, None, link=link)
+        stats = []
+        for index, dataset in enumerate(data):
+            if link is not None:
+                link.send_train(index, LEARNING_RATE, 0)
+            stats.append(t.train(dataset, LEARNING_RATE, 0))
+        state = {name: tensor.cpu() for name, tensor in t.models["actor_critic"].module.state_dict().items()}
+        ends["group" if grouped else "alone"] = {"state": state, "stats": stats}
+        if link is not None:
+            ends["backend"] = str(dist.get_backend())
+            link.close()
+    torch.save(ends, out)
+
+
+def assert_a_group_of_one_trains_as_the_learner_alone(ends: dict) -> None:
+    alone, group = ends["alone"], ends["group"]
+    assert group["state"].keys() == alone["state"].keys()
+    for name, tensor in group["state"].items():
+        assert (tensor.double() - alone["state"][name].double()).abs().max().item() < TOLERANCE, name
+    for grouped, one in zip(group["stats"], alone["stats"]):
+        assert grouped["loss"] == pytest.approx(one["loss"], rel=1e-5, abs=1e-6)
+
+
+def test_a_group_of_one_rank_trains_as_the_learner_alone(tmp_path):
+    """Every collective of a group (the start's broadcast, the commands, the gradients' all-reduce, the
+    statistics' all-gather, the weights compared at close) over one rank: nothing changes what it learns.
+    tests/test_gpu.py runs the same over NCCL."""
+    out = str(tmp_path / "ends.pt")
+    proc = multiprocessing.get_context("fork").Process(target=train_in_a_group_of_one, args=("cpu", out))
+    proc.start()
+    proc.join(timeout=60)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5)
+    assert proc.exitcode == 0
+    ends = torch.load(out, weights_only=True)
+    assert ends["backend"] == "gloo"
+    assert_a_group_of_one_trains_as_the_learner_alone(ends)
+
+
 def test_a_packed_share_unpacks_to_the_same_fields_of_every_dtype():
     share = share_of(datasets(small_config(use_rnn=True, rnn_size=8), 16)[1], 1, 2)
     share["empty"] = torch.zeros((ROLLOUT, TRAJECTORIES // 2, 0))
