@@ -164,7 +164,8 @@ bench_scaling() {
 # The published scores on the GPU box (docs/results.md): Pong, 3 seeds, each stopped 3 minutes after its start
 # (or at a mean return of 20), through scripts/reproduce.py; its table lands in
 # $OUTDIR/scores_results.md, and the JSON, curves, records and logs in $OUTDIR/scores.tar.gz.
-# About 10.5 minutes with start-up and evaluation: one device call of its own. SCORES_ENVS=atari_breakout
+# A seed took 181 s of training and about 210 s with start-up and evaluation on an H200 (2026-11-27), so two
+# seeds fit one device call (SCORES_SEEDS=1,2 SCORES_DEADLINE=470) and the third needs another. SCORES_ENVS=atari_breakout
 # SCORES_SECONDS=540 SCORES_SEEDS=1 runs Breakout's 40M frames instead. SCORES_FRAMES (default 40M, CleanRL's
 # budget, so that time and not frames ends a Pong run; the learning rate decays over it) and SCORES_DEADLINE (seconds
 # for all seeds: reproduce.py is stopped then, and writes the table of the seeds done; the same command on the same
