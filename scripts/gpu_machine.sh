@@ -162,15 +162,15 @@ bench_scaling() {
 }
 
 # The published scores on the GPU box (docs/results.md): Pong, 3 seeds, each stopped 3 minutes after its start
-# (or at a mean return of 20), through scripts/reproduce.py; its table lands in
-# $OUTDIR/scores_results.md, and the JSON, curves, records and logs in $OUTDIR/scores.tar.gz.
-# A seed took 181 s of training and about 210 s with start-up and evaluation on an H200 (2026-11-27), so two
-# seeds fit one device call (SCORES_SEEDS=1,2 SCORES_DEADLINE=470) and the third needs another. SCORES_ENVS=atari_breakout
-# SCORES_SECONDS=540 SCORES_SEEDS=1 runs Breakout's 40M frames instead. SCORES_FRAMES (default 40M, CleanRL's
-# budget, so that time and not frames ends a Pong run; the learning rate decays over it) and SCORES_DEADLINE (seconds
-# for all seeds: reproduce.py is stopped then, and writes the table of the seeds done; the same command on the same
-# machine goes on with the rest, since finished runs are not rerun). SCORES_UPDATES adds
-# trainer flags, e.g. updates per sample other than the preset's (which are CleanRL's: 4 epochs of 4 x 256).
+# (or at a mean return of 20), through scripts/reproduce.py; its table lands in $OUTDIR/scores_results.md, and
+# the JSON, curves, records and logs in $OUTDIR/scores.tar.gz. A seed took 181 s of training and about 210 s with
+# start-up and evaluation on an H200 (2026-11-27), so two seeds fit one device call (SCORES_SEEDS=1,2
+# SCORES_DEADLINE=470) and the third needs another: SCORES_DEADLINE (seconds for all seeds) stops reproduce.py,
+# which writes the table of the seeds done, and the same command on the same warm machine goes on with the rest
+# (finished runs are not rerun). SCORES_FRAMES (default 40M, CleanRL's budget, so that time and not frames ends
+# a Pong run; the learning rate decays over it). SCORES_ENVS=atari_breakout SCORES_SECONDS=540 SCORES_SEEDS=1
+# runs Breakout for 9 minutes instead (not its 40M frames: about 22M at Pong's 42k frames/s). SCORES_UPDATES
+# adds trainer flags, e.g. updates per sample other than the preset's (CleanRL's: 4 epochs of 4 x 256).
 scores() {
     local work=/tmp/scores
     local updates=${SCORES_UPDATES:-}
