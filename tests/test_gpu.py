@@ -189,19 +189,9 @@ def test_an_offloaded_models_copy_overlaps_the_node_before_it(tmp_path):
 def test_a_one_rank_nccl_group_trains_as_the_learner_alone(tmp_path):
     """NCCL's collectives (broadcast, all-reduce, all-gather) over a group of one rank on the GPU: the learner
     in that group ends where the learner alone on the GPU ends. Spawned, so CUDA starts in that process only."""
-    import multiprocessing
+    from tests.test_learner_group import assert_a_group_of_one_trains_as_the_learner_alone, group_of_one_ends
 
-    from tests.test_learner_group import assert_a_group_of_one_trains_as_the_learner_alone, train_in_a_group_of_one
-
-    out = str(tmp_path / "ends.pt")
-    proc = multiprocessing.get_context("spawn").Process(target=train_in_a_group_of_one, args=("cuda:0", out))
-    proc.start()
-    proc.join(timeout=120)
-    if proc.is_alive():
-        proc.kill()
-        proc.join(5)
-    assert proc.exitcode == 0
-    ends = torch.load(out, weights_only=True)
+    ends = group_of_one_ends(tmp_path, "cuda:0", "spawn", timeout=120)
     assert ends["backend"] == "nccl"
     assert_a_group_of_one_trains_as_the_learner_alone(ends)
 

@@ -241,19 +241,24 @@ def assert_a_group_of_one_trains_as_the_learner_alone(ends: dict) -> None:
         assert grouped["loss"] == pytest.approx(one["loss"], rel=1e-5, abs=1e-6)
 
 
-def test_a_group_of_one_rank_trains_as_the_learner_alone(tmp_path):
-    """Every collective of a group (the start's broadcast, the commands, the gradients' all-reduce, the
-    statistics' all-gather, the weights compared at close) over one rank: nothing changes what it learns.
-    tests/test_gpu.py runs the same over NCCL."""
+def group_of_one_ends(tmp_path, device: str, start_method: str, timeout: float) -> dict:
+    """What `train_in_a_group_of_one` saved, run in a process of `start_method`."""
     out = str(tmp_path / "ends.pt")
-    proc = multiprocessing.get_context("fork").Process(target=train_in_a_group_of_one, args=("cpu", out))
+    proc = multiprocessing.get_context(start_method).Process(target=train_in_a_group_of_one, args=(device, out))
     proc.start()
-    proc.join(timeout=60)
+    proc.join(timeout=timeout)
     if proc.is_alive():
         proc.kill()
         proc.join(5)
     assert proc.exitcode == 0
-    ends = torch.load(out, weights_only=True)
+    return torch.load(out, weights_only=True)
+
+
+def test_a_group_of_one_rank_trains_as_the_learner_alone(tmp_path):
+    """Every collective of a group (the start's broadcast, the commands, the gradients' all-reduce, the
+    statistics' all-gather, the weights compared at close) over one rank: nothing changes what it learns.
+    tests/test_gpu.py runs the same over NCCL."""
+    ends = group_of_one_ends(tmp_path, "cpu", "fork", timeout=60)
     assert ends["backend"] == "gloo"
     assert_a_group_of_one_trains_as_the_learner_alone(ends)
 
