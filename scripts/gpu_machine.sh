@@ -167,15 +167,16 @@ bench_scaling() {
 # start-up and evaluation on an H200 (2026-11-27), so two seeds fit one device call (SCORES_SEEDS=1,2
 # SCORES_DEADLINE=470) and the third needs another: SCORES_DEADLINE (seconds for all seeds) stops reproduce.py,
 # which writes the table of the seeds done, and the same command on the same warm machine goes on with the rest
-# (finished runs are not rerun). SCORES_FRAMES (default 40M, CleanRL's budget, so that time and not frames ends
-# a Pong run; the learning rate decays over it). SCORES_ENVS=atari_breakout SCORES_SECONDS=540 SCORES_SEEDS=1
+# (finished runs are not rerun). SCORES_FRAMES is a run's frame budget (default 40M, CleanRL's, so that time and
+# not frames ends a Pong run; the learning rate decays over it). SCORES_ENVS=atari_breakout SCORES_SECONDS=540 SCORES_SEEDS=1
 # runs Breakout for 9 minutes instead (not its 40M frames: about 22M at Pong's 42k frames/s). SCORES_UPDATES
 # adds trainer flags, e.g. updates per sample other than the preset's (CleanRL's: 4 epochs of 4 x 256).
 scores() {
     local work=/tmp/scores
     local updates=${SCORES_UPDATES:-}
     timeout "${SCORES_DEADLINE:-100000}" python3 scripts/reproduce.py --envs="${SCORES_ENVS:-atari_pong}" \
-        --seeds="${SCORES_SEEDS:-1,2,3}" --frames="${SCORES_FRAMES:-40000000}" --eval_episodes=3 --out="$work" --extra="--device=cuda --num_workers=$CORES --num_envs_per_worker=16 \
+        --seeds="${SCORES_SEEDS:-1,2,3}" --frames="${SCORES_FRAMES:-40000000}" --eval_episodes=3 --out="$work" \
+        --extra="--device=cuda --num_workers=$CORES --num_envs_per_worker=16 \
         --train_for_seconds=${SCORES_SECONDS:-180} --target_mean_return=${SCORES_TARGET:-20} $updates" \
         2>&1 | tee "$OUTDIR/scores.log" || true
     # three files back (the device tool brings at most 8): the log, the table, and everything else packed

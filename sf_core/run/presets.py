@@ -63,9 +63,8 @@ _PENDULUM: dict[str, Any] = {
 # Atari (envs/atari.py): PPO-Atari values (Schulman et al. 2017; CleanRL's ppo_atari and Sample Factory's
 # atari_params: lr 2.5e-4, clip 0.1, entropy 0.01, grad norm 0.5, adam eps 1e-5, ReLU Nature CNN) with their
 # updates per sample, 16 SGD steps of 256 per 1,024 samples; --num_workers fits the machine. A quarter of those
-# steps (2 epochs of 512) trained twice as fast on a CPU but did not move Pong's policy in 4.35M frames; these
-# took it from -21 to -12 in 7.4M (an H200, 2 seeds), and on 2 CPU cores Breakout to 11.7 at 2M frames
-# against 5.1, ahead by wall clock too (docs/results.md).
+# steps (2 epochs of 512) trained twice as fast on a CPU but did not move Pong's policy; these learn Pong on a
+# GPU, and Breakout faster on 2 CPU cores by frames and by wall clock alike (docs/results.md).
 _ATARI: dict[str, Any] = {
     "env_frameskip": 4,
     "num_envs_per_worker": 8,
