@@ -129,8 +129,8 @@ all() {
     [[ "${PONG_VARIANTS:-}" == ale ]] && variants=()
     wanted gpu_tests && stage gpu_tests python3 -m pytest -m gpu tests -q -rs -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"}
     # and Pong's splits as ale-py's AtariVectorEnv (issue 38), against the per-env path in the same run
-    wanted pong && stage pong "${bench[@]}" --env=atari_pong --phases="${PONG_PHASES:-raw,sampling,training,sf}" --seconds=12 --warmup=6 \
-        --num_workers="$CORES" --num_envs_per_worker=16 --sf_module=sf_examples.atari.train_atari "${variants[@]}" \
+    wanted pong && stage pong "${bench[@]}" --env=atari_pong --phases="${PONG_PHASES:-raw,sampling,training,sf}" \
+        --seconds=12 --warmup=6 --num_workers="$CORES" --num_envs_per_worker=16 --sf_module=sf_examples.atari.train_atari "${variants[@]}" \
         --variant="--env_vectorization=ale" \
         ${BASELINE_REPO:+--baseline_repo="$BASELINE_REPO"} \
         --work_dir="$ALL_DIR/pong_runs" --output="$ALL_DIR/pong.json"
@@ -168,9 +168,9 @@ bench_scaling() {
 # SCORES_DEADLINE=470) and the third needs another: SCORES_DEADLINE (seconds for all seeds) stops reproduce.py,
 # which writes the table of the seeds done, and the same command on the same warm machine goes on with the rest
 # (finished runs are not rerun). SCORES_FRAMES is a run's frame budget (default 40M, CleanRL's, so that time and
-# not frames ends a Pong run; the learning rate decays over it). SCORES_ENVS=atari_breakout SCORES_SECONDS=540 SCORES_SEEDS=1
-# runs Breakout for 9 minutes instead (not its 40M frames: about 22M at Pong's 42k frames/s). SCORES_UPDATES
-# adds trainer flags, e.g. updates per sample other than the preset's (CleanRL's: 4 epochs of 4 x 256).
+# not frames ends a Pong run; the learning rate decays over it). SCORES_ENVS=atari_breakout SCORES_SECONDS=540
+# SCORES_SEEDS=1 runs Breakout for 9 minutes instead (not its 40M frames: about 22M at Pong's 42k frames/s).
+# SCORES_UPDATES adds trainer flags, e.g. updates per sample other than the preset's (CleanRL's: 4 x 256, 4 epochs).
 scores() {
     local work=/tmp/scores
     local updates=${SCORES_UPDATES:-}
