@@ -43,20 +43,29 @@ def test_the_worst_policies_take_the_weights_and_hyperparams_of_the_best():
 
 
 def test_each_policy_decides_once_per_period_of_its_own_frames():
-    pbt = make_pbt()
+    pbt = make_pbt("--pbt_replace_reward_gap=0.5")
     assert pbt.update([START - 1] * 4, GOOD) == []  # all crossed 1000 but are too young
+    # policy 1 is close enough to the best to stay (90 against 100): it decides again a period later
+    assert [r.policy for r in pbt.update([START, START + 10, START - 1, START - 1], GOOD)] == []
+    assert pbt.update([START, START + PERIOD - 1, START - 1, START - 1], [100.0, 10.0, 10.0, 5.0]) == []
+    assert [r.policy for r in pbt.update([START, START + PERIOD, START, START - 1], [100.0, 10.0, 10.0, 5.0])] \
+        == [1]
+
+
+def test_a_policy_just_replaced_skips_its_next_decision():
+    pbt = make_pbt()
     assert [r.policy for r in pbt.update([START, START, START + 10, START - 1], GOOD)] == [2]
-    # policy 2 decided at 2000: not again before 3000, however bad; policy 3 has not reached 2000 yet
-    assert pbt.update([START, START, START + PERIOD - 1, START - 1], GOOD) == []
-    assert [r.policy for r in pbt.update([START, START, START + PERIOD - 1, START], GOOD)] == [3]
-    assert [r.policy for r in pbt.update([START, START, START + PERIOD, START + 1], GOOD)] == [2]
+    # its next period's window still holds episodes begun with the weights it lost: it is not judged on it
+    assert pbt.update([START, START, START + PERIOD, START - 1], GOOD) == []
+    assert pbt.update([START, START, START + 2 * PERIOD - 1, START - 1], GOOD) == []
+    assert [r.policy for r in pbt.update([START, START, START + 2 * PERIOD, START - 1], GOOD)] == [2]
 
 
 def test_a_jump_over_several_periods_decides_once():
     pbt = make_pbt()
     assert len(pbt.update([0, 0, 10 * PERIOD + 5, 0], GOOD)) == 1
-    assert pbt.update([0, 0, 11 * PERIOD - 1, 0], GOOD) == []
-    assert len(pbt.update([0, 0, 11 * PERIOD, 0], GOOD)) == 1
+    assert pbt.update([0, 0, 12 * PERIOD - 1, 0], GOOD) == []  # 11: the decision a replaced policy skips
+    assert len(pbt.update([0, 0, 12 * PERIOD, 0], GOOD)) == 1
 
 
 def test_no_replacement_before_the_first_period_boundary():
@@ -156,7 +165,7 @@ def test_every_replacement_is_one_json_line_and_one_log_line(tmp_path):
     assert events[1]["frames"] == START + 7
     records = [m for m in collect.messages if m.startswith("PBT:")]
     assert len(records) == 2 and all("\n" not in m and "replaced by policy" in m for m in records)
-    pbt.update([START + PERIOD] * 4, GOOD)
+    pbt.update([START + 2 * PERIOD] * 4, GOOD)  # the two replaced decide again two periods on
     assert len(path.read_text().splitlines()) == 4  # appended, not rewritten
 
 

@@ -100,7 +100,7 @@ def test_a_student_of_a_cartpole_teacher_solves_it_while_its_kl_to_the_teacher_f
 @pytest.mark.timeout(120)
 def test_publishing_every_sgd_step_makes_each_step_a_version(tmp_path):
     code, summary = train(tmp_path, "--env=CartPole-v1", "--num_workers=2", "--seed=3",
-                          "--train_for_env_steps=30000", "--publish_every_sgd_step=True", "--num_epochs=2",
+                          "--train_for_env_steps=60000", "--publish_every_sgd_step=True", "--num_epochs=2",
                           "--num_batches_per_epoch=4", "--batch_size=256", "--rollout=32")
     assert code == 0, summary.get("error")
     datasets = summary["samples_trained"] // (4 * 256)
