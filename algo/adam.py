@@ -41,7 +41,9 @@ class FusedAdam:
                 p.grad.zero_()
 
     @torch.no_grad()
-    def step(self) -> None:
+    def step(self, found_inf: torch.Tensor | None = None) -> None:
+        """Adam's step; none (the moments and step counts too) where `found_inf`, a float flag on the
+        parameters' device, is 1: the kernel reads it there, so skipping needs no read on the host."""
         group = self.param_groups[0]
         params = [p for p in self.params if p.grad is not None]
         for p in params:
@@ -60,7 +62,9 @@ class FusedAdam:
             torch._fused_adam_(same, [p.grad for p in same], [s["exp_avg"] for s in states],
                                [s["exp_avg_sq"] for s in states], [], steps, amsgrad=False, lr=group["lr"],
                                beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"],
-                               maximize=False, grad_scale=None, found_inf=None)
+                               maximize=False, grad_scale=None, found_inf=found_inf)
+            if found_inf is not None:  # the kernel skipped the update, not the count added above
+                torch._foreach_sub_(steps, [found_inf] * len(steps))
 
     def state_dict(self) -> dict[str, Any]:
         """torch's layout: state by parameter index, the group with the indices of its parameters."""

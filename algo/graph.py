@@ -96,6 +96,9 @@ class Context:
     # torch's global one once per dataset in the graph's order, so that train_steps running at once draw what
     # they would one after another. None: torch's global generator.
     generator: torch.Generator | None = None
+    # Where a dataset's SGD steps check their gradients are finite (algo/non_finite.py): None: on the device
+    # for a CUDA model with the fused Adam, on the host otherwise.
+    finite_check_on_device: bool | None = None
 
 
 class DataflowGraph:

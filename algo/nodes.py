@@ -21,6 +21,7 @@ from sf_core.algo import ppo
 from sf_core.algo.gradient_clipping import clip_grad_norm
 from sf_core.algo.graph import Context, ModelSlot
 from sf_core.algo.model import autocast
+from sf_core.algo.non_finite import StepGuard
 from sf_core.algo.targets import gae, vtrace
 
 Inputs = dict[str, Any]
@@ -182,17 +183,18 @@ def minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn: PolicyLoss, epochs: i
     count, per_minibatch = initial_states.shape[0], p.batch_size // R
     # summed on the model's device and read once: a read per step would make a GPU wait for every step
     totals, names = None, STEP_STATS
-    steps = 0
+    steps, guard = 0, step_guard(ctx, slot)
     for _ in range(epochs):
         order = minibatch_order(ctx, count, obs.device)
         for start in range(0, count, per_minibatch):
             idx = order[start:start + per_minibatch]
             mb = {key: value[:, idx] for key, value in sequences.items()}
             mb["initial_states"] = initial_states[idx]
-            step_stats, names = _sgd_step(ctx, mb, policy_loss_fn)
+            step_stats, names = _sgd_step(ctx, mb, policy_loss_fn, guard)
             totals = step_stats if totals is None else totals + step_stats
             steps += 1
             ctx.on_minibatch()
+    guard.finish()
     stats = dict(zip(names, (totals / max(1, steps)).tolist())) if totals is not None else {}
     stats.update(value_mean=x["values"][:-1].mean().item(), target_mean=x["value_targets"].mean().item())
     return stats
@@ -218,10 +220,10 @@ def any_learner(ctx: Context, flag: torch.Tensor) -> bool:
 STEP_STATS = ("loss", "policy_loss", "value_loss", "entropy", "kl", "clip_fraction", "grad_norm")
 
 
-def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn: PolicyLoss
+def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn: PolicyLoss, guard: StepGuard | None = None
               ) -> tuple[torch.Tensor, tuple[str, ...]]:
     """One optimizer step on minibatch `mb`; returns its STEP_STATS and the policy loss's extra statistics as
-    one tensor on the model's device, and their names."""
+    one tensor on the model's device, and their names. `guard`: the dataset's (None: this step is one)."""
     p, slot = ctx.params, ctx.models["actor_critic"]
     model = slot.module
     with autocast(slot.device, p.mixed_precision):
@@ -240,8 +242,12 @@ def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn: PolicyL
     value_loss = ppo.weighted_mean(ppo.value_error(values, mb["old_values"], mb["targets"], p.ppo_clip_value),
                                    weights)
     loss = policy_loss + p.value_loss_coeff * value_loss - p.exploration_loss_coeff * entropy
-    grad_norm = optimizer_step(ctx, slot, loss, {"policy loss": policy_loss, "value loss": value_loss,
-                                                 "entropy": entropy})
+    terms = {"policy loss": policy_loss, "value loss": value_loss, "entropy": entropy}
+    alone = guard is None  # a step on its own: its own guard, read at once
+    guard = step_guard(ctx, slot) if guard is None else guard
+    grad_norm = optimizer_step(ctx, slot, loss, terms, guard)
+    if alone:
+        guard.finish()
     kl, clip_fraction = policy_change(log_prob, mb["log_prob"], weights, p.ppo_clip_ratio)
     with torch.no_grad():
         values = [loss, policy_loss, value_loss, entropy, kl, clip_fraction, grad_norm, *extra.values()]
@@ -255,24 +261,24 @@ def normalized_advantages(advantages: torch.Tensor, weights: torch.Tensor) -> to
     return (advantages - mean) / (std + 1e-8)
 
 
-def optimizer_step(ctx: Context, slot: ModelSlot, loss: torch.Tensor, terms: dict[str, torch.Tensor]
-                   ) -> torch.Tensor:
+def step_guard(ctx: Context, slot: ModelSlot) -> StepGuard:
+    """The guard of one dataset's steps of `slot`'s optimizer: `finish()` it after the last step."""
+    return StepGuard(slot.optimizer, slot.device, ctx.finite_check_on_device)
+
+
+def optimizer_step(ctx: Context, slot: ModelSlot, loss: torch.Tensor, terms: dict[str, torch.Tensor],
+                   guard: StepGuard) -> torch.Tensor:
     """Backward, the gradients averaged over a learner group and clipped to --max_grad_norm, then the optimizer's
-    step; returns the gradients' norm before clipping. `terms`: the loss's parts, named in the error if a
-    gradient is not finite."""
+    step unless a gradient is not finite (`guard`'s check; `terms`, the loss's parts, name the culprit);
+    returns the gradients' norm before clipping."""
     parameters = slot.parameters
     slot.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     ctx.average_gradients(parameters)  # a learner group: every rank steps with the mean gradient
     max_norm = ctx.params.max_grad_norm if ctx.params.max_grad_norm > 0 else float("inf")
     grad_norm = clip_grad_norm(parameters, max_norm)
-    # checked once the backward is queued (a check of the loss before it would make a GPU idle in between),
-    # and before the weights change; a learner group's ranks share the averaged gradients, so all stop together
-    if not torch.isfinite(grad_norm):
-        described = ", ".join(f"{name} {value.item()}" for name, value in terms.items())
-        raise FloatingPointError(f"non-finite loss or gradients ({described}): no optimizer step taken; check the "
-                                 f"env's observations and rewards for NaN/inf")
-    slot.optimizer.step()
+    # checked after the averaging: a learner group's ranks share the averaged gradients, so all stop together
+    guard.step(grad_norm, terms)
     return grad_norm
 
 

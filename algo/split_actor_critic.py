@@ -134,7 +134,7 @@ class ActorUpdate:
         p, slot = ctx.params, ctx.models["actor"]
         epochs = 1 if self.update.one_epoch else p.num_epochs
         keys = ("actions", "log_prob", "advantages", "mask") + self.update.extra_keys
-        totals, names, steps = None, (), 0
+        totals, names, steps, guard = None, (), 0, n.step_guard(ctx, slot)
         for mb in minibatches(ctx, {"obs": x["obs"][:-1], **{key: x[key] for key in keys}}, epochs):
             with autocast(slot.device, p.mixed_precision):
                 dist_params = slot.module(mb["obs"])
@@ -145,13 +145,14 @@ class ActorUpdate:
                 mb["advantages"] = n.normalized_advantages(mb["advantages"], mb["weights"])
             policy_loss, extra = self.update.policy_loss(ctx, dist, log_prob, mb)
             loss = policy_loss - p.exploration_loss_coeff * entropy
-            grad_norm = n.optimizer_step(ctx, slot, loss, {"policy loss": policy_loss, "entropy": entropy})
+            grad_norm = n.optimizer_step(ctx, slot, loss, {"policy loss": policy_loss, "entropy": entropy}, guard)
             kl, clip_fraction = n.policy_change(log_prob, mb["log_prob"], mb["weights"], p.ppo_clip_ratio)
             with torch.no_grad():
                 values = torch.stack([policy_loss, entropy, kl, clip_fraction, grad_norm, *extra.values()])
             names = ("policy_loss", "entropy", "kl", "clip_fraction", "actor_grad_norm") + tuple(extra)
             totals, steps = values if totals is None else totals + values, steps + 1
             ctx.on_minibatch()
+        guard.finish()
         return {"actor_stats": mean_stats(totals, steps, names)}
 
 
@@ -177,17 +178,18 @@ def fit_critic(ctx: Context, x: Inputs, epochs: int) -> dict[str, float]:
         critic.returns_norm.update(x["value_targets"][mask.bool()], ctx.gather)
     samples = {"obs": x["obs"][:-1], "targets": critic.normalize_value(x["value_targets"]),
                "old_values": critic.normalize_value(x["values"][:-1]), "mask": mask}
-    totals, steps = None, 0
+    totals, steps, guard = None, 0, n.step_guard(ctx, slot)
     for mb in minibatches(ctx, samples, epochs):
         with autocast(slot.device, p.mixed_precision):
             values = critic(mb["obs"]).float()
         error = ppo.value_error(values, mb["old_values"], mb["targets"], p.ppo_clip_value)
         value_loss = ppo.weighted_mean(error, mb["weights"])
-        grad_norm = n.optimizer_step(ctx, slot, p.value_loss_coeff * value_loss, {"value loss": value_loss})
+        grad_norm = n.optimizer_step(ctx, slot, p.value_loss_coeff * value_loss, {"value loss": value_loss}, guard)
         with torch.no_grad():
             step = torch.stack([value_loss, grad_norm])
         totals, steps = step if totals is None else totals + step, steps + 1
         ctx.on_minibatch()
+    guard.finish()
     stats = mean_stats(totals, steps, ("value_loss", "critic_grad_norm"))
     stats.update(value_mean=x["values"][:-1].mean().item(), target_mean=x["value_targets"].mean().item())
     return stats

@@ -1,6 +1,8 @@
 """Time the learner's unit of work on this machine: one SGD step of an env preset's model (the learner's
 own `_sgd_step`: forward, PPO losses, backward, clipping, Adam) on one minibatch of synthetic samples,
-and one inference forward pass, on one torch thread.
+and one inference forward pass, on one torch thread. The step is timed twice, in datasets of
+--steps_per_dataset steps: with the check that gradients are finite read on the host at every step, and kept
+on the device and read once per dataset (algo/non_finite.py; what a learner on a GPU does).
 
     python scripts/bench_sgd_step.py --env=atari_pong
     python scripts/bench_sgd_step.py --env=atari_pong --mixed_precision
@@ -30,7 +32,8 @@ import torch  # noqa: E402
 
 from sf_core.algo.graph import Context, ModelSlot  # noqa: E402
 from sf_core.algo.model import ActorCritic, ModelSpec, autocast, store_weights_in_bfloat16  # noqa: E402
-from sf_core.algo.nodes import _ppo_policy_loss, _sgd_step  # noqa: E402
+from sf_core.algo.adam import make_adam  # noqa: E402
+from sf_core.algo.nodes import _ppo_policy_loss, _sgd_step, step_guard  # noqa: E402
 from sf_core.algo.params import LearningParams  # noqa: E402
 from sf_core.envs.registry import EnvContext, registry_snapshot  # noqa: E402
 from sf_core.cli.arguments import add_bool_argument, parse_args  # noqa: E402
@@ -62,11 +65,38 @@ def parse() -> argparse.Namespace:
     add_bool_argument(p, "default_malloc", False, "leave glibc's allocator settings alone")
     add_bool_argument(p, "unfused_adam", False, "torch's per-parameter Adam instead of the fused one")
     p.add_argument("--inference_batch", type=int, default=64)
+    p.add_argument("--steps_per_dataset", type=int, default=16, help="SGD steps between reads of the check")
     p.add_argument("--device", default="cpu", help="where the model and the samples live: cpu, cuda, cuda:N")
     args = p.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error(f"--device={args.device}: CUDA is not available here")
     return args
+
+
+def time_sgd_steps(model: ActorCritic, params: LearningParams, lr: float, minibatch: dict[str, torch.Tensor],
+                   args: argparse.Namespace) -> tuple[float, float | None]:
+    """ms per SGD step (the learner's own: losses, backward, clipping, Adam) in datasets of
+    --steps_per_dataset steps: with the finite check read on the host at each step, and kept on the device
+    (None with --unfused_adam, which cannot skip a step on the device)."""
+    if args.unfused_adam:
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr, fused=False)
+    else:  # the learner's own
+        optimizer = make_adam(model.parameters(), args.device)
+        optimizer.param_groups[0]["lr"] = lr
+
+    def dataset_ms(on_device: bool) -> float:
+        ctx = Context({"actor_critic": ModelSlot(model, optimizer, args.device)}, params,
+                      finite_check_on_device=on_device)
+
+        def dataset() -> None:
+            guard = step_guard(ctx, ctx.models["actor_critic"])
+            for _ in range(args.steps_per_dataset):
+                _sgd_step(ctx, dict(minibatch), _ppo_policy_loss, guard)
+            guard.finish()
+
+        return best_ms(dataset, args.device, calls=1) / args.steps_per_dataset
+
+    return dataset_ms(on_device=False), None if args.unfused_adam else dataset_ms(on_device=True)
 
 
 def main() -> int:
@@ -84,8 +114,6 @@ def main() -> int:
     spec = ModelSpec.from_config(cfg)
     device = args.device
     model = ActorCritic(obs_space, action_space, spec).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, fused=not args.unfused_adam)
-    ctx = Context({"actor_critic": ModelSlot(model, optimizer)}, LearningParams.from_config(cfg))
     B = cfg.batch_size
     obs = torch.from_numpy(np.stack([obs_space.sample() for _ in range(B)])).to(device)
     actions = torch.as_tensor(np.stack([action_space.sample() for _ in range(B)])).to(device)
@@ -95,11 +123,7 @@ def main() -> int:
                  "mask": torch.ones(1, B), "resets": torch.zeros(1, B, dtype=torch.bool),
                  "initial_states": torch.zeros(B, model.rnn_state_size)}
     minibatch = {key: value.to(device) for key, value in minibatch.items()}
-
-    def sgd_step() -> None:  # the learner's own step: losses, backward, clipping, Adam
-        _sgd_step(ctx, dict(minibatch), _ppo_policy_loss)
-
-    step_ms = best_ms(sgd_step, device)
+    step_ms, on_device_ms = time_sgd_steps(model, LearningParams.from_config(cfg), cfg.learning_rate, minibatch, args)
     policy = ActorCritic(obs_space, action_space, spec).to(device).eval()
     if args.mixed_precision:
         store_weights_in_bfloat16(policy)
@@ -117,7 +141,10 @@ def main() -> int:
           f"{'default malloc' if args.default_malloc else 'reuse_freed_memory()'}, "
           f"{'per-parameter' if args.unfused_adam else 'fused'} Adam")
     where = "on one core" if device == "cpu" else f"on {device}"
-    print(f"SGD step: {step_ms:.1f} ms ({B / step_ms * 1e3:,.0f} samples/s per epoch {where})")
+    print(f"SGD step: {step_ms:.2f} ms ({B / step_ms * 1e3:,.0f} samples/s per epoch {where})")
+    if on_device_ms is not None:
+        print(f"SGD step, the finite check on the device: {on_device_ms:.2f} ms "
+              f"({step_ms / on_device_ms:.2f}x the rate with the check read on the host at every step)")
     print(f"inference forward, batch {len(batch)}: {forward_ms:.2f} ms "
           f"({forward_ms / len(batch) * 1e3:.0f} µs/sample)")
     return 0

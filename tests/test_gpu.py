@@ -161,7 +161,33 @@ def test_the_learners_ceiling_is_measured_on_the_gpu():
     proc = launch.run(["--env=atari_pong", "--device=cuda"], timeout=180, script="scripts/bench_sgd_step.py")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "samples/s per epoch on cuda" in proc.stdout, proc.stdout
+    assert "the finite check on the device" in proc.stdout, proc.stdout
 
+
+def test_a_datasets_sgd_steps_on_the_gpu_queue_without_a_host_sync():
+    """The finite check stays on the device (algo/non_finite.py): between a dataset's SGD steps the host never
+    waits for the GPU (torch's sync debug mode raises at any wait), and a NaN still stops the dataset, named."""
+    from sf_core.algo.adam import FusedAdam
+    from sf_core.algo.graph import Context, ModelSlot
+    from sf_core.algo.nodes import _ppo_policy_loss, _sgd_step, step_guard
+    from tests.test_non_finite import minibatches
+    from tests.test_sgd_step import step_context
+
+    ctx, model, _ = step_context()
+    model.cuda()
+    ctx = Context({"actor_critic": ModelSlot(model, FusedAdam(list(model.parameters())), "cuda")}, ctx.params)
+    guard = step_guard(ctx, ctx.models["actor_critic"])
+    assert guard.on_device  # where no flag names it: a CUDA model with the fused Adam
+    batches = [{key: value.cuda() for key, value in mb.items()} for mb in minibatches(poisoned_step=2)]
+    _sgd_step(ctx, dict(batches[0]), _ppo_policy_loss, guard)  # the first step: allocations, kernel choice
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for mb in batches[1:]:
+            _sgd_step(ctx, dict(mb), _ppo_policy_loss, guard)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    with pytest.raises(FloatingPointError, match="value loss nan"):
+        guard.finish()
 
 
 def test_overlapped_graph_nodes_on_cuda_streams_give_the_sequential_results(tmp_path):
