@@ -40,12 +40,12 @@ class StepGuard:
 
     def step(self, grad_norm: torch.Tensor, terms: dict[str, torch.Tensor]) -> None:
         """The optimizer's step, unless `grad_norm` (the gradients' norm) or an earlier one was not finite."""
-        bad = ~torch.isfinite(grad_norm)
         if not self.on_device:
-            if bad:
+            if not torch.isfinite(grad_norm):
                 raise error({name: value.item() for name, value in terms.items()})
             self.optimizer.step()
             return
+        bad = ~torch.isfinite(grad_norm)
         with torch.no_grad():
             values = torch.stack([t.detach().float().reshape(()) for t in terms.values()])
             if self.found is None:

@@ -3,11 +3,11 @@
 Each policy decides at every multiple of --pbt_period_env_steps of its own env frames. It is replaced when it
 has at least --pbt_start_mutation frames, ranks among the worst --pbt_replace_fraction of the population (at
 least one policy), every policy's objective is known, and the best objective beats its own by more than
---pbt_replace_reward_gap * (|best| + 1e-6). A policy just replaced skips its next decision, so that it is judged
-on a window of episodes played with the weights it took. It then takes the weights and hyperparameters of a policy drawn
+--pbt_replace_reward_gap * (|best| + 1e-6). It then takes the weights and hyperparameters of a policy drawn
 from the best fraction; each hyperparameter is mutated with probability --pbt_mutation_rate: multiplied or
 divided by a factor in [--pbt_perturb_min, --pbt_perturb_max] (discount-like values bounded by 1 mutate as
-1 - x, so they stay in (0, 1)). Every replacement is logged and appended to pbt.jsonl.
+1 - x, so they stay in (0, 1)). A policy just replaced skips its next decision, so that it is judged on a window
+of episodes played with the weights it took. Every replacement is logged and appended to pbt.jsonl.
 """
 
 from __future__ import annotations
@@ -134,8 +134,8 @@ class PopulationBasedTraining:
         new, mutated = self._mutate(self.hyperparams[source])
         replacement = Replacement(policy=policy, source=source, hyperparams=new)
         self._record(replacement, int(frames[policy]), known, mutated)
-        # judged next on a window it played with its new weights: the next period's window would still hold
-        # episodes begun with the replaced ones, and the first of the copy's, made with fresh optimizer moments
+        # judged next on a window it played with its new weights: the next period's would still hold episodes
+        # begun with the weights it lost
         self.next_update[policy] += self.cfg.pbt_period_env_steps
         return replacement
 
