@@ -84,10 +84,11 @@ def test_a_student_of_a_cartpole_teacher_solves_it_while_its_kl_to_the_teacher_f
     with sf_core_log() as messages:
         summary = solve_cartpole(tmp_path / "student", "--algo=APPO_TEACHER", f"--teacher={best}", "--seed=2",
                                  "--num_workers=2", "--num_envs_per_worker=64", "--offload_models=teacher")
-    kl = _scalars(tmp_path / "student", "train/teacher_kl")
-    # the student starts far from the teacher (an untrained policy is near uniform, the teacher near certain)
-    # and ends close to it
-    assert kl and kl[-1] < 0.05 < 0.2 < _untrained_kl_to(best), kl
+    kl, untrained = _scalars(tmp_path / "student", "train/teacher_kl"), _untrained_kl_to(best)
+    # the student ends close to the teacher, and far closer than it started (an untrained policy is near uniform;
+    # how far that is from the teacher depends on how certain the teacher is at the reset states measured: one
+    # suite's teacher was at most 0.2 away, where it is usually more)
+    assert kl and kl[-1] < 0.05 and kl[-1] < 0.25 * untrained, (kl, untrained)
     # on a CPU the teacher already lives in host memory: offload says so and copies nothing
     assert any(m.startswith("--offload_models: teacher runs on the CPU") for m in messages)
     assert not summary["time_accounting"]["learner"]["seconds"].get("offload_copy")
