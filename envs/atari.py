@@ -25,10 +25,11 @@ over or cut by the time limit, `None` when only a life was lost — and `info["e
 game's length in agent steps. The rollout runner records these instead of summing the (clipped,
 per-life) rewards it was given.
 
-Sticky actions: the v5 default `repeat_action_probability=0.25` (Machado et al., 2018, "Revisiting the
-ALE") is kept for both kinds of name, as is the v5 time limit of 108,000 frames (30 minutes of play),
-reported as `truncated`. `make_atari_env(..., repeat_action_probability=0.0)` gives the deterministic
-v4-style emulator; register it with `functools.partial` under a name of your own.
+Sticky actions: `--repeat_action_probability` (default 0.25, the v5 value of Machado et al., 2018,
+"Revisiting the ALE") for both kinds of name; 0 gives the deterministic emulator of the NoFrameskip-v4 envs
+that the published Atari scores were run on. `make_atari_env(..., repeat_action_probability=p)` sets it
+whatever the flag (register it with `functools.partial` under a name of your own). The v5 time limit of
+108,000 frames (30 minutes of play) is kept, reported as `truncated`.
 """
 
 from __future__ import annotations
@@ -267,6 +268,16 @@ class AtariPreprocessing(gym.Wrapper):
         return self._push_frame(), reward, terminal, truncated, info
 
 
+def sticky_actions(env_id: str, cfg: Config | None, given: float | None = None) -> float:
+    """The repeat_action_probability an ALE env is made with: `given`, else --repeat_action_probability, else
+    (no config) the id's own."""
+    if given is not None:
+        return float(given)
+    if cfg is not None and getattr(cfg, "repeat_action_probability", None) is not None:
+        return float(cfg.repeat_action_probability)
+    return float(gym.spec(env_id).kwargs.get("repeat_action_probability", 0.25))
+
+
 @functools.cache
 def _seeded_atari_env_class() -> type:
     """ale-py's AtariEnv, seeded when made. ale-py loads the game's ROM when an env is made and again to apply
@@ -295,15 +306,15 @@ def make_atari_env(name: str, cfg: Config | None = None, ctx: Any = None, repeat
                    **wrapper_kwargs: Any) -> gym.Env:
     """The env factory for `atari_*` names and `ALE/...` ids (signature of `register_env` factories).
 
-    `cfg.env_frameskip` is the frame skip (4 in the Atari preset). With `ctx.evaluation` the env plays
+    `cfg.env_frameskip` is the frame skip (4 in the Atari preset); `repeat_action_probability`, where given,
+    wins over `cfg.repeat_action_probability`. With `ctx.evaluation` the env plays
     whole games with raw rewards (no episodic life, no clipping), as `sf_core.enjoy` wants.
     `ctx.render_mode="rgb_array"` makes `render()` return the full-colour 210×160 screen.
     """
     _import_ale()
     env_id = ale_id(name)
-    kwargs: dict[str, Any] = {"frameskip": 1, "obs_type": "grayscale"}
-    if repeat_action_probability is not None:
-        kwargs["repeat_action_probability"] = repeat_action_probability
+    kwargs: dict[str, Any] = {"frameskip": 1, "obs_type": "grayscale",
+                              "repeat_action_probability": sticky_actions(env_id, cfg, repeat_action_probability)}
     render_mode = getattr(ctx, "render_mode", None)
     if render_mode:
         kwargs["render_mode"] = render_mode

@@ -3,7 +3,7 @@
 ale-py (0.12) ships a vector env derived from EnvPool: N emulators stepped by a C++ thread pool, with the DQN
 preprocessing done in C++. `make_atari_vector_env` serves the names envs/atari.py serves (`atari_*`, `ALE/...`;
 the same name resolution) with the settings of that module's `AtariPreprocessing`, so presets and scores carry
-over: the id's v5 emulator settings (sticky actions 0.25, minimal action set, 108,000 frames reported as
+over: the id's v5 emulator settings (sticky actions as `--repeat_action_probability`, minimal action set, 108,000 frames reported as
 `truncated`), `--env_frameskip` frames per step with the max of the last two, no-op frames and FIRE at a
 game's start, 84x84 grayscale, a stack of 4 channels first, `Box(0, 255, (4, 84, 84), uint8)`; in training
 only (`VectorEnvContext.evaluation` False) a lost life ends the learner's episode and rewards are clipped to
@@ -47,7 +47,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import VectorEnv, VectorWrapper
 
-from sf_core.envs.atari import ATARI_PREFIX, ALE_PREFIX, _import_ale, ale_id
+from sf_core.envs.atari import ATARI_PREFIX, ALE_PREFIX, _import_ale, ale_id, sticky_actions
 
 if TYPE_CHECKING:
     from sf_core.config import Config
@@ -76,13 +76,14 @@ def make_atari_vector_env(name: str, cfg: Config | None, ctx: VectorEnvContext) 
     if ctx.render_mode:
         raise ValueError(f"--env_vectorization=ale does not render (render_mode={ctx.render_mode!r}): "
                          f"render through envs/atari.py")
-    spec = gym.spec(ale_id(name))
+    env_id = ale_id(name)
+    spec = gym.spec(env_id)
     training = not ctx.evaluation
     env = ale_py.AtariVectorEnv(
         spec.kwargs["game"], ctx.num_envs,
         num_threads=env_threads(ctx.num_envs, int(getattr(cfg, "num_workers", 1) or 1)),
         frameskip=int(getattr(cfg, "env_frameskip", 4) or 4),
-        repeat_action_probability=spec.kwargs.get("repeat_action_probability", 0.25),
+        repeat_action_probability=sticky_actions(env_id, cfg),
         full_action_space=spec.kwargs.get("full_action_space", False),
         max_num_frames_per_episode=spec.kwargs.get("max_num_frames_per_episode", 108_000),
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,

@@ -171,13 +171,16 @@ bench_scaling() {
 # not frames ends a Pong run; the learning rate decays over it). SCORES_ENVS=atari_breakout SCORES_SECONDS=540
 # SCORES_SEEDS=1 runs Breakout for 9 minutes instead (not its 40M frames: about 22M at Pong's 42k frames/s).
 # SCORES_UPDATES adds trainer flags, e.g. updates per sample other than the preset's (CleanRL's: 4 x 256, 4 epochs).
+# SCORES_STICKY is --repeat_action_probability: 0 by default, the deterministic emulator of the NoFrameskip-v4
+# envs that the published scores and times to solve were run on; 0.25 for ALE v5's sticky actions.
 scores() {
     local work=/tmp/scores
     local updates=${SCORES_UPDATES:-}
     timeout "${SCORES_DEADLINE:-100000}" python3 scripts/reproduce.py --envs="${SCORES_ENVS:-atari_pong}" \
         --seeds="${SCORES_SEEDS:-1,2,3}" --frames="${SCORES_FRAMES:-40000000}" --eval_episodes=3 --out="$work" \
         --extra="--device=cuda --num_workers=$CORES --num_envs_per_worker=16 \
-        --train_for_seconds=${SCORES_SECONDS:-180} --target_mean_return=${SCORES_TARGET:-20} $updates" \
+        --train_for_seconds=${SCORES_SECONDS:-180} --target_mean_return=${SCORES_TARGET:-20} \
+        --repeat_action_probability=${SCORES_STICKY:-0} $updates" \
         2>&1 | tee "$OUTDIR/scores.log" || true
     # three files back (the device tool brings at most 8): the log, the table, and everything else packed
     cp -f "$work/results.md" "$OUTDIR/scores_results.md" 2>/dev/null || true

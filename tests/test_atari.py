@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from sf_core.envs.atari import AreaResize, _area_matrix, ale_id
+from sf_core.config import ConfigError
+from sf_core.envs.atari import AreaResize, _area_matrix, ale_id, make_atari_env
 from sf_core.envs.registry import EnvContext, EnvNotFoundError, make_env
 from sf_core.cli.arguments import parse_args
 from sf_core.run.presets import preset_for
@@ -108,6 +109,33 @@ def test_an_env_made_with_its_seed_loads_the_rom_once_and_plays_as_one_seeded_at
     loads.clear()
     assert not np.array_equal(frames(EnvContext(0, 0, 7), seed=8), seeded_at_reset)  # another seed: reloaded
     assert len(loads) == 2
+
+
+@pytest.mark.parametrize("sticky, same_game", [(0.0, True), (0.25, False)])
+def test_sticky_actions_follow_the_flag(sticky: float, same_game: bool):
+    """--repeat_action_probability reaches the emulator. Without sticky actions the game is the deterministic
+    NoFrameskip-v4 one: two emulators seeded apart play the same frames for the same actions (no no-op starts
+    here); with them, each repeats the previous action at frames of its own draw, and the games part."""
+    cfg = parse_args(["--env=atari_pong", f"--repeat_action_probability={sticky}"])[0]
+
+    def frames(seed: int) -> np.ndarray:
+        env = make_atari_env("atari_pong", cfg, EnvContext(0, 0, seed), noop_max=0)
+        assert env.unwrapped.ale.getFloat("repeat_action_probability") == pytest.approx(sticky)
+        observations = [env.reset(seed=seed)[0]]
+        actions = np.random.default_rng(0).integers(env.action_space.n, size=300)
+        observations += [env.step(int(a))[0] for a in actions]
+        env.close()
+        return np.stack(observations)
+
+    assert np.array_equal(frames(1), frames(2)) == same_game
+    explicit = make_atari_env("atari_pong", cfg, EnvContext(0, 0, 1), repeat_action_probability=0.5)
+    assert explicit.unwrapped.ale.getFloat("repeat_action_probability") == pytest.approx(0.5)  # the factory's wins
+    explicit.close()
+
+
+def test_a_sticky_action_probability_outside_0_1_is_refused():
+    with pytest.raises(ConfigError, match=r"--repeat_action_probability must be in \[0, 1\], got 1.5"):
+        parse_args(["--env=atari_pong", "--repeat_action_probability=1.5"])
 
 
 def test_evaluation_env_plays_whole_games_with_raw_rewards_and_renders():

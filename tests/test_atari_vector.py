@@ -77,6 +77,23 @@ def test_an_unknown_game_or_a_missing_ale_py_is_named_as_on_the_per_env_path(mon
         AleVectorBackend().make("atari_pong", config("atari_pong"), ctx, EnvRegistry())
 
 
+@pytest.mark.parametrize("sticky, actions_matter", [(0.0, True), (1.0, False)])
+def test_sticky_actions_follow_the_flag(sticky: float, actions_matter: bool):
+    """--repeat_action_probability reaches ale-py's emulators: at 1 every frame repeats the previous action (the
+    no-op the game began with), so two action sequences play the same frames; at 0 each action is played."""
+    cfg = config("atari_pong", f"--repeat_action_probability={sticky}")
+
+    def frames(action_seed: int) -> np.ndarray:
+        env = AleVectorBackend().make("atari_pong", cfg, VectorEnvContext(0, 0, N, None), EnvRegistry())
+        observations = [env.reset(seed=SEED)[0]]
+        rng = np.random.default_rng(action_seed)
+        observations += [env.step(rng.integers(env.single_action_space.n, size=N))[0] for _ in range(100)]
+        env.close()
+        return np.stack(observations)
+
+    assert (not np.array_equal(frames(0), frames(1))) == actions_matter
+
+
 def test_the_probe_reads_the_spaces_of_the_per_env_path():
     spaces = probe_spaces(config("atari_pong", "--check_env=True"), EnvRegistry(), seed=0)
     assert spaces == (ATARI_OBS, gym.spaces.Discrete(6), 1)

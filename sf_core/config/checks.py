@@ -35,7 +35,7 @@ def check_ranges(cfg: Config) -> None:
                           f"{cfg.eval_every_env_steps}")
     if cfg.train_for_env_steps < 1:
         raise ConfigError(f"--train_for_env_steps must be at least 1, got {cfg.train_for_env_steps}")
-    for name in ("gamma", "gae_lambda"):
+    for name in ("gamma", "gae_lambda", "repeat_action_probability"):
         if not 0.0 <= getattr(cfg, name) <= 1.0:
             raise ConfigError(f"--{name} must be in [0, 1], got {getattr(cfg, name)}")
     for name in ("encoder_mlp_layers", "encoder_conv_mlp_layers", "decoder_mlp_layers"):
