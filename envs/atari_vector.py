@@ -3,11 +3,11 @@
 ale-py (0.12) ships a vector env derived from EnvPool: N emulators stepped by a C++ thread pool, with the DQN
 preprocessing done in C++. `make_atari_vector_env` serves the names envs/atari.py serves (`atari_*`, `ALE/...`;
 the same name resolution) with the settings of that module's `AtariPreprocessing`, so presets and scores carry
-over: the id's v5 emulator settings (sticky actions as `--repeat_action_probability`, minimal action set, 108,000 frames reported as
-`truncated`), `--env_frameskip` frames per step with the max of the last two, no-op frames and FIRE at a
-game's start, 84x84 grayscale, a stack of 4 channels first, `Box(0, 255, (4, 84, 84), uint8)`; in training
-only (`VectorEnvContext.evaluation` False) a lost life ends the learner's episode and rewards are clipped to
-their sign. `AtariVectorPreprocessing` adds in Python what the vector env lacks:
+over: the id's v5 emulator settings (sticky actions as `--repeat_action_probability`, minimal action set,
+108,000 frames reported as `truncated`), `--env_frameskip` frames per step with the max of the last two, no-op
+frames and FIRE at a game's start, 84x84 grayscale, a stack of 4 channels first, `Box(0, 255, (4, 84, 84),
+uint8)`; in training only (`VectorEnvContext.evaluation` False) a lost life ends the learner's episode and
+rewards are clipped to their sign. `AtariVectorPreprocessing` adds in Python what the vector env lacks:
 
 - Whole-game statistics. The vector env reports neither the game's score nor its length, so it is made without
   reward clipping and this wrapper clips (training), keeps each sub-env's unclipped score and length in agent

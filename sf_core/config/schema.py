@@ -68,9 +68,9 @@ class Config:
     # --- env
     env_frameskip: int = flag(1, "env", "Frames per env step; env frames count frameskip × steps.")
     repeat_action_probability: float = flag(
-        0.25, "env", "Atari (ALE) games: sticky actions, the chance at each emulator frame that the previous action is "
-        "repeated instead of the agent's (Machado et al. 2018; 0.25 is ALE v5's). 0: the deterministic emulator of "
-        "the NoFrameskip-v4 envs that CleanRL's, RL-Zoo's and Sample Factory's Atari results were run on.")
+        0.25, "env", "Atari (ALE) games: sticky actions, the chance at each emulator frame that the previous "
+        "action is repeated instead of the agent's (Machado et al. 2018; 0.25 is ALE v5's). 0: the deterministic "
+        "emulator of the NoFrameskip-v4 envs that CleanRL's, RL-Zoo's and Sample Factory's Atari results ran on.")
     reward_scale: float = flag(1.0, "env", "Rewards are multiplied by this before learning.")
     reward_clip: float = flag(1000.0, "env", "Scaled rewards are clipped to [-reward_clip, reward_clip].")
     env_fault_policy: str = flag(
