@@ -197,7 +197,8 @@ def killed_pid(fault: dict) -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_killed_rollout_worker_is_replaced_alone_and_the_run_goes_on(tmp_path):
-    proc = start(tmp_path, "--env=Killed-v0", "--train_for_env_steps=25000")  # SIGKILL from a worker's 2000th step, once "go"
+    # SIGKILL from a worker's 2000th step, once "go"; a time budget: a fast machine ends a small frame count first
+    proc = start(tmp_path, "--env=Killed-v0", "--train_for_seconds=10")
     frames = watch(tmp_path, proc, lambda s: "pids" in s, 60)
     before = read_summary(tmp_path, "r")["pids"]
     (tmp_path / "go").touch()  # the env kills its process now that the pids before are known
@@ -208,7 +209,8 @@ def test_a_killed_rollout_worker_is_replaced_alone_and_the_run_goes_on(tmp_path)
     assert proc.returncode == 0, output[-3000:]
     assert not alive, f"processes outlived the trainer: {alive}"
     summary = read_summary(tmp_path, "r")
-    assert summary["frames"] >= 25000 and frames == sorted(frames), "the frame counter went backwards"
+    assert frames == sorted(frames), "the frame counter went backwards"
+    assert summary["frames"] > during["frames"], "the run did not go on after the replacement"
     assert summary["worker_replacements"] == 1 and summary["worker_restarts"] == 0, output[-3000:]
     fault = summary["faults"][0]
     dead = fault["component"]
@@ -227,15 +229,18 @@ def test_a_killed_rollout_worker_is_replaced_alone_and_the_run_goes_on(tmp_path)
 @pytest.mark.timeout(120)
 def test_a_stopped_rollout_worker_is_killed_after_the_heartbeat_timeout_and_replaced(tmp_path):
     # SIGSTOP at a worker's 2000th step: its env step never returns
-    proc = start(tmp_path, "--env=Hung-v0", "--heartbeat_timeout=3", "--train_for_env_steps=25000")
+    # a time budget, not a frame count: a fast machine reaches any small count before the timeout fires
+    proc = start(tmp_path, "--env=Hung-v0", "--heartbeat_timeout=3", "--train_for_seconds=12")
     started = time.time()
     watch(tmp_path, proc, lambda s: False, 100)
     output, alive = finish(proc, 30)
     assert proc.returncode == 0, output[-3000:]
     assert not alive, f"processes outlived the trainer: {alive}"
     summary = read_summary(tmp_path, "r")
-    assert summary["frames"] >= 25000 and summary["worker_replacements"] == 1, output[-3000:]
+    assert summary["worker_replacements"] == 1, output[-3000:]
     fault = summary["faults"][0]
+    recovered_at_frames = fault["frames"] + fault["frames_meanwhile"]
+    assert summary["frames"] > recovered_at_frames, "the run did not go on after the replacement"
     assert fault["action"] == "replaced" and fault["recovered_at"] is not None
     assert f"(pid {killed_pid(fault)}) hung: no heartbeat for" in fault["cause"]
     assert "--heartbeat_timeout=3); its last activity: stepping envs" in fault["cause"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from sf_core.config.check_registry import register_check, registered_checks  # noqa: F401  (re-exported)
+from sf_core.config.policy_hyperparams import parse_policy_hyperparams
 
 GROUPS = ("experiment", "env", "rollout", "learning", "policies", "model", "logging", "system", "cluster")
 
@@ -358,24 +359,7 @@ class Config:
 
     def policy_overrides(self) -> dict[int, dict[str, float]]:
         """--policy_hyperparams parsed: policy -> {flag: value}."""
-        numeric = NUMERIC_LEARNING_FLAGS
-        found: dict[int, dict[str, float]] = {}
-        for entry in self.policy_hyperparams:
-            policy, _, assignments = entry.partition(":")
-            try:
-                k = int(policy)
-                pairs = [a.split("=", 1) for a in assignments.split(",")]
-                values = {name.strip(): float(value) for name, value in pairs}
-            except ValueError:
-                raise ConfigError(f"--policy_hyperparams: {entry!r} is not K:name=value[,name=value...]") from None
-            if not 0 <= k < self.num_policies:
-                raise ConfigError(f"--policy_hyperparams: policy {k} does not exist (--num_policies={self.num_policies})")
-            unknown = sorted(set(values) - set(numeric))
-            if unknown:
-                raise ConfigError(f"--policy_hyperparams: {', '.join(unknown)} is not a numeric learning flag; "
-                                  f"choose among {', '.join(sorted(numeric))}")
-            found.setdefault(k, {}).update(values)
-        return found
+        return parse_policy_hyperparams(self.policy_hyperparams, self.num_policies, NUMERIC_LEARNING_FLAGS)
 
     def policy_config(self, policy: int) -> "Config":
         """The config policy `policy` starts from: the flags with its --policy_hyperparams applied."""
