@@ -117,6 +117,21 @@ ENVS = textwrap.dedent('''
         kill(ctx)
 
 
+    def stop_in_a_put_to_the_runner(ctx):
+        """Stops as if stopped (SIGSTOP, a debugger) inside a put into the runner's signal queue: the lock stays taken
+        by a live thread."""
+        import ctypes
+        import gc
+
+        from sf_core.contracts.queue_lock import MUTEX
+        from sf_core.sampling.rollout_worker import RolloutWorker
+
+        worker = next(o for o in gc.get_objects() if isinstance(o, RolloutWorker) and o.worker == ctx.worker_index)
+        queue = worker.receiver_queues["runner"]
+        ctypes.CDLL(None).pthread_mutex_lock(ctypes.c_void_p(ctypes.addressof(queue.queue_obj_buffer) + MUTEX))
+        hang(ctx)
+
+
     def slow_to_remake(cfg, ctx):
         """A worker's first env, made again in a replacement's process, takes a second (a simulator that loads a
         level)."""
@@ -138,11 +153,14 @@ ENVS = textwrap.dedent('''
             return Fault(die_in_a_get, ctx, marker)
         if name == "DyingInAPutToTheRunner-v0":
             return Fault(die_in_a_put_to_the_runner, ctx, marker)
+        if name == "StoppedInAPutToTheRunner-v0":
+            return Fault(stop_in_a_put_to_the_runner, ctx, marker)
         return Fault(segfault, ctx, marker, once=False, at_reset=True)
 
 
     if __name__ == "__main__":
-        for name in ("Killed-v0", "Hung-v0", "DyingInAGet-v0", "DyingInAPutToTheRunner-v0", "Segfaulting-v0"):
+        for name in ("Killed-v0", "Hung-v0", "DyingInAGet-v0", "DyingInAPutToTheRunner-v0",
+                     "StoppedInAPutToTheRunner-v0", "Segfaulting-v0"):
             register_env(name, make)
         sys.exit(sf_core.train.main(sys.argv[1:]))
 ''')
@@ -279,6 +297,28 @@ def test_a_worker_that_died_holding_the_runners_queue_lock_is_replaced_once_the_
     assert summary["frames"] >= 25000
     assert summary["worker_replacements"] == 1 and summary["worker_restarts"] == 0, summary["faults"]
     assert summary["faults"][0]["action"] == "replaced"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_worker_stopped_holding_the_runners_queue_lock_is_killed_as_hung_and_replaced(tmp_path):
+    """The runner's loop waits for that lock, so it cannot run its own check for hung components: its watchdog
+    has the lock's holder killed once it held it for --heartbeat_timeout, then gives the lock back."""
+    proc = start(tmp_path, "--env=StoppedInAPutToTheRunner-v0", "--heartbeat_timeout=3", "--train_for_seconds=12")
+    started = time.time()
+    watch(tmp_path, proc, lambda s: False, 100)
+    output, alive = finish(proc, 30)
+    assert proc.returncode == 0, output[-3000:]
+    assert not alive, f"processes outlived the trainer: {alive}"
+    assert re.search(r"a dead process \(thread \d+\) left the runner's signal queue locked: given back", output), \
+        output[-3000:]
+    summary = read_summary(tmp_path, "r")
+    assert summary["worker_replacements"] == 1 and summary["worker_restarts"] == 0, summary["faults"]
+    fault = summary["faults"][0]
+    assert fault["action"] == "replaced" and fault["recovered_at"] is not None
+    assert f"(pid {killed_pid(fault)}) hung: no heartbeat for" in fault["cause"]
+    assert summary["frames"] > fault["frames"] + fault["frames_meanwhile"], "the run did not go on"
+    assert time.time() - started < 60
 
 
 @pytest.mark.slow

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from sf_core.config.errors import ConfigError
+
 
 def parse_policy_hyperparams(entries: Sequence[str], num_policies: int,
                              numeric: Sequence[str]) -> dict[int, dict[str, float]]:
     """policy -> {flag: value}; a ConfigError names the entry that cannot work."""
-    from sf_core.config.schema import ConfigError
-
     found: dict[int, dict[str, float]] = {}
     for entry in entries:
         policy, _, assignments = entry.partition(":")

@@ -14,13 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from sf_core.config.check_registry import register_check, registered_checks  # noqa: F401  (re-exported)
+from sf_core.config.errors import ConfigError  # noqa: F401  (re-exported)
 from sf_core.config.policy_hyperparams import parse_policy_hyperparams
 
 GROUPS = ("experiment", "env", "rollout", "learning", "policies", "model", "logging", "system", "cluster")
-
-
-class ConfigError(ValueError):
-    """A flag value that cannot work; the message names the flag and why."""
 
 
 def flag(default: Any, group: str, help: str, choices: Sequence[str] | None = None) -> Any:

@@ -87,6 +87,15 @@ class QueueLock:
         return bytes(self.data[position:]) + bytes(self.data[:end - self.capacity])
 
 
+def process_of(tid: int) -> int:
+    """The process (thread group) a thread belongs to; 0 once it is gone."""
+    try:
+        with open(f"/proc/{tid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Tgid:"))
+    except (FileNotFoundError, ProcessLookupError, StopIteration, ValueError):
+        return 0
+
+
 def thread_alive(tid: int) -> bool:
     """Whether a thread of that id runs: /proc/<tid> exists for any thread, and a killed process's stays, as a
     zombie, until its parent reaps it."""

@@ -162,9 +162,10 @@ class Runner(Component):
             self.experiment.prepare(resuming=self.population.resumed is not None)
             self._start_components()
             if not self.serial:
+                kill_hung = lambda pid: self.replacement.kill_hung(self.topology, time.time(), self.recovery, pid)
                 start_loop_watchdog(lambda: self.last_check, self.cfg.heartbeat_timeout + 30.0,
                                     lambda: self.topology.processes, self.loop_done, EXIT_ERROR,
-                                    Routing.queue_of(self.loop))
+                                    Routing.queue_of(self.loop), self.cfg.heartbeat_timeout, kill_hung)
             self.loop.exec()
             while self.restart_pending and self._restart_components():
                 self.loop.exec()
@@ -302,12 +303,9 @@ class Runner(Component):
                 else:
                     self._recover_or_fail(proc, verdict.message)
                 return
-        for name, silent, activity in self.replacement.kill_hung(self.topology, now):
-            why = f"no heartbeat for {silent:.0f}s (--heartbeat_timeout={self.cfg.heartbeat_timeout:g}); its last " \
-                  f"activity: {activity}"
-            if self.exit_code is not None or not self.recovery.kill_hung(self.topology, name, why):
-                self._fail(name, why)
-                return
+        follow = self.recovery if self.exit_code is None else None  # stopping: nothing to recover for
+        if (unfollowed := self.replacement.kill_hung(self.topology, now, follow)) is not None:
+            self._fail(*unfollowed)
 
     def _recover_or_fail(self, proc, cause: str | None = None) -> None:
         """A learner, learner rank or inference worker killed is recovered from (sf_core/run/recovery.py), else stop.

@@ -52,6 +52,7 @@ from sf_core.contracts.queue_lock import QueueLock
 from sf_core.contracts.signals import InferenceReport, Report, RolloutReport
 from sf_core.machine.wiring import Topology
 from sf_core.run.fault_log import REPLACED, RESTARTED_ALL, STOPPED, Fault
+from sf_core.run.recovery import Recovery
 from sf_core.run.stats import TrainingStats
 from sf_core.sampling.inference_worker import InferenceWorker
 from sf_core.sampling.rollout_worker import RolloutWorker
@@ -193,22 +194,29 @@ class WorkerReplacement:
         proc.renew()
         proc.start()
 
-    def kill_hung(self, topology: Topology, now: float) -> list[tuple[str, float, str]]:
-        """Kill every hung rollout or inference worker (its death is then handled by `on_death`); the components silent
-        for longer than --heartbeat_timeout left to the runner (`Heartbeats.stalled`'s). None while a worker killed
-        moments ago is not replaced yet: a component blocked behind it may wake up."""
+    def kill_hung(self, topology: Topology, now: float, recovery: Recovery | None,
+                  pid: int | None = None) -> tuple[str, str] | None:
+        """Kill every hung rollout or inference worker (its death is then handled by `on_death`), and hand the other
+        components silent for longer than --heartbeat_timeout (`Heartbeats.stalled`'s) to `recovery`, which kills
+        those it will recover from. Returns the first that nothing follows (no `recovery`: all), with why; none while
+        a worker killed moments ago is not replaced yet: a component blocked behind it may wake up. `pid`: only that
+        process's, for the runner's loop watchdog (sf_core/contracts/loop_watchdog.py) while the loop is stuck
+        behind it."""
         heartbeats = topology.control.heartbeats if topology.control is not None else None
-        left: list[tuple[str, float, str]] = []
+        left: list[tuple[str, str]] = []
         for name, silent, activity in heartbeats.stalled(self.heartbeat_timeout, now) if heartbeats else ():
             proc = topology.host.get(name)
+            if pid is not None and getattr(proc, "pid", None) != pid:
+                continue
+            silence = (f"no heartbeat for {silent:.0f}s (--heartbeat_timeout={self.heartbeat_timeout:g}); its last "
+                       f"activity: {activity}")
             if not self.enabled or not (isinstance(getattr(proc, "reporter", None), RolloutWorker)
                                         or _servers(proc, topology)):
-                left.append((name, silent, activity))
+                left.append((name, silence))
                 continue
             if proc is None or proc.pid is None or proc.pid in self.killed:
                 continue
-            why = (f"process {proc.name} (pid {proc.pid}) hung: no heartbeat for {silent:.0f}s (--heartbeat_timeout="
-                   f"{self.heartbeat_timeout:g}); its last activity: {activity}")
+            why = f"process {proc.name} (pid {proc.pid}) hung: {silence}"
             log.warning("%s: %s; killing it", name, why)
             self.killed[proc.pid] = (why, now)
             try:
@@ -216,8 +224,11 @@ class WorkerReplacement:
             except ProcessLookupError:
                 pass  # died meanwhile
         if any(now - at < KILL_GRACE_SEC for _, at in self.killed.values()):
-            return []
-        return left
+            return None
+        for name, why in left:
+            if recovery is None or not recovery.kill_hung(topology, name, why):
+                return name, why
+        return None
 
     def on_report(self, report: Report, stats: TrainingStats, topology: Topology, now: float) -> None:
         """A replaced worker's first frames, or a replaced inference worker's first requests served: it serves
