@@ -103,8 +103,8 @@ ENVS = textwrap.dedent('''
         kill(ctx)
 
 
-    def die_in_a_put_to_the_runner(ctx):
-        """Dies as if killed inside a put into the runner's signal queue (a report), whose lock then stays taken."""
+    def take_the_runners_queue_lock(ctx):
+        """As a put into the runner's signal queue (a report) does, and leaves it taken."""
         import ctypes
         import gc
 
@@ -114,21 +114,17 @@ ENVS = textwrap.dedent('''
         worker = next(o for o in gc.get_objects() if isinstance(o, RolloutWorker) and o.worker == ctx.worker_index)
         queue = worker.receiver_queues["runner"]
         ctypes.CDLL(None).pthread_mutex_lock(ctypes.c_void_p(ctypes.addressof(queue.queue_obj_buffer) + MUTEX))
+
+
+    def die_in_a_put_to_the_runner(ctx):
+        """Dies as if killed inside a put into the runner's signal queue, whose lock then stays taken."""
+        take_the_runners_queue_lock(ctx)
         kill(ctx)
 
 
     def stop_in_a_put_to_the_runner(ctx):
-        """Stops as if stopped (SIGSTOP, a debugger) inside a put into the runner's signal queue: the lock stays taken
-        by a live thread."""
-        import ctypes
-        import gc
-
-        from sf_core.contracts.queue_lock import MUTEX
-        from sf_core.sampling.rollout_worker import RolloutWorker
-
-        worker = next(o for o in gc.get_objects() if isinstance(o, RolloutWorker) and o.worker == ctx.worker_index)
-        queue = worker.receiver_queues["runner"]
-        ctypes.CDLL(None).pthread_mutex_lock(ctypes.c_void_p(ctypes.addressof(queue.queue_obj_buffer) + MUTEX))
+        """Stops as if stopped (SIGSTOP, a debugger) inside that put: the lock stays taken by a live thread."""
+        take_the_runners_queue_lock(ctx)
         hang(ctx)
 
 
