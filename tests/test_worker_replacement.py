@@ -204,6 +204,15 @@ def finish(proc, timeout: float) -> tuple[str, list[psutil.Process]]:
     return output, alive
 
 
+def run_to_end(tmp_path, proc, timeout: float) -> tuple[str, dict]:
+    """Watch the trainer until it exits; it must exit 0 and leave no process behind. Its output and summary."""
+    watch(tmp_path, proc, lambda s: False, timeout)
+    output, alive = finish(proc, 30)
+    assert proc.returncode == 0, output[-3000:]
+    assert not alive, f"processes outlived the trainer: {alive}"
+    return output, read_summary(tmp_path, "r")
+
+
 def killed_pid(fault: dict) -> int:
     return int(re.search(r"\(pid (\d+)\)", fault["cause"]).group(1))
 
@@ -246,11 +255,7 @@ def test_a_stopped_rollout_worker_is_killed_after_the_heartbeat_timeout_and_repl
     # a time budget, not a frame count: a fast machine reaches any small count before the timeout fires
     proc = start(tmp_path, "--env=Hung-v0", "--heartbeat_timeout=3", "--train_for_seconds=12")
     started = time.time()
-    watch(tmp_path, proc, lambda s: False, 100)
-    output, alive = finish(proc, 30)
-    assert proc.returncode == 0, output[-3000:]
-    assert not alive, f"processes outlived the trainer: {alive}"
-    summary = read_summary(tmp_path, "r")
+    output, summary = run_to_end(tmp_path, proc, 100)
     assert summary["worker_replacements"] == 1, output[-3000:]
     fault = summary["faults"][0]
     recovered_at_frames = fault["frames"] + fault["frames_meanwhile"]
@@ -283,13 +288,9 @@ def test_a_worker_that_dies_again_and_again_stops_the_run_with_a_checkpoint(tmp_
 def test_a_worker_that_died_holding_the_runners_queue_lock_is_replaced_once_the_lock_is_given_back(tmp_path):
     """The runner's loop waits for that lock; its watchdog gives it back for the dead holder (the soak's hang)."""
     proc = start(tmp_path, "--env=DyingInAPutToTheRunner-v0", "--train_for_env_steps=25000")
-    watch(tmp_path, proc, lambda s: False, 120)
-    output, alive = finish(proc, 30)
-    assert proc.returncode == 0, output[-3000:]
-    assert not alive, f"processes outlived the trainer: {alive}"
+    output, summary = run_to_end(tmp_path, proc, 120)
     assert re.search(r"a dead process \(thread \d+\) left the runner's signal queue locked: given back", output), \
         output[-3000:]
-    summary = read_summary(tmp_path, "r")
     assert summary["frames"] >= 25000
     assert summary["worker_replacements"] == 1 and summary["worker_restarts"] == 0, summary["faults"]
     assert summary["faults"][0]["action"] == "replaced"
@@ -302,13 +303,9 @@ def test_a_worker_stopped_holding_the_runners_queue_lock_is_killed_as_hung_and_r
     has the lock's holder killed once it held it for --heartbeat_timeout, then gives the lock back."""
     proc = start(tmp_path, "--env=StoppedInAPutToTheRunner-v0", "--heartbeat_timeout=3", "--train_for_seconds=12")
     started = time.time()
-    watch(tmp_path, proc, lambda s: False, 100)
-    output, alive = finish(proc, 30)
-    assert proc.returncode == 0, output[-3000:]
-    assert not alive, f"processes outlived the trainer: {alive}"
+    output, summary = run_to_end(tmp_path, proc, 100)
     assert re.search(r"a dead process \(thread \d+\) left the runner's signal queue locked: given back", output), \
         output[-3000:]
-    summary = read_summary(tmp_path, "r")
     assert summary["worker_replacements"] == 1 and summary["worker_restarts"] == 0, summary["faults"]
     fault = summary["faults"][0]
     assert fault["action"] == "replaced" and fault["recovered_at"] is not None
@@ -322,12 +319,8 @@ def test_a_worker_stopped_holding_the_runners_queue_lock_is_killed_as_hung_and_r
 def test_a_worker_that_died_inside_a_queue_operation_makes_every_component_restart(tmp_path):
     """The queue it left locked would block whoever used it next: nothing of the old processes is kept."""
     proc = start(tmp_path, "--env=DyingInAGet-v0", "--train_for_env_steps=25000")
-    watch(tmp_path, proc, lambda s: False, 120)
-    output, alive = finish(proc, 30)
-    assert proc.returncode == 0, output[-3000:]
-    assert not alive, f"processes outlived the trainer: {alive}"
+    output, summary = run_to_end(tmp_path, proc, 120)
     assert "restarting every component from a fresh checkpoint" in output
-    summary = read_summary(tmp_path, "r")
     assert summary["frames"] >= 25000
     assert summary["worker_restarts"] == 1 and summary["worker_replacements"] == 0
     fault = summary["faults"][0]

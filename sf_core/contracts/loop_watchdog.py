@@ -42,7 +42,9 @@ def start_loop_watchdog(last_turn: Callable[[], float], limit: float, processes:
         while not done.wait(1.0):
             now = time.time()
             stalled = now - last_turn()
-            if lock is not None and stalled > LOCK_CHECK_SEC:
+            if lock is None or stalled <= LOCK_CHECK_SEC:
+                held = (0, 0.0)  # the loop turns: a later stall counts its holder's time afresh
+            else:
                 owner = lock.release_if_owner_died()
                 if owner:
                     log.warning("a dead process (thread %d) left the runner's signal queue locked: given back after "
