@@ -173,8 +173,10 @@ def test_two_policies_and_pbt_on_two_nodes(tmp_path):
     assert all(events[-1]["policy"] == k for k, mean in enumerate(acted) if mean is None), (acted, events[-1])
     known = [mean for mean in acted if mean is not None]
     assert min(known) >= 0.8 * max(known) and max(known) >= 300, acted
-    returns = final_returns(tmp_path / "exp")  # each learner's last checkpoint, played here
-    assert min(returns) >= 0.9 * max(returns) and max(returns) >= 300, returns
+    # each learner's last checkpoint, played here: both far above the ~22 policy 1 plays before PBT (it did 348
+    # and 500 on CI once, a deterministic CartPole policy caught between two of PPO's collapses)
+    returns = final_returns(tmp_path / "exp")
+    assert min(returns) >= 250 and max(returns) >= 300, returns
 
 
 @needs_namespace
