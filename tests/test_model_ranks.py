@@ -179,6 +179,29 @@ def test_each_model_trains_on_its_own_ranks_as_one_learner_would_and_rank_0_ends
     assert "actor" not in ranks[1]["optimizers"] and "critic" not in ranks[2]["optimizers"]
 
 
+@pytest.mark.slow  # starts two processes
+@pytest.mark.timeout(120)
+def test_a_critic_handed_over_to_rank_0_brings_its_float64_returns_statistics(tmp_path):
+    """The critic on rank 1 alone: rank 0 receives its weights and its returns normalisation in one buffer, the
+    float64 statistics after an odd count of float32 weights (each tensor must start where its dtype can be read;
+    the hand-over failed on Hopper-v5's preset until it did)."""
+    cfg = small_config(split_actor_critic=True, normalize_returns=True)
+    data, weights = datasets(cfg, 0), initial_weights(cfg)
+    single = trainer(cfg)
+    single.build(weights, None)
+    for d in data:
+        torch.manual_seed(11)
+        single.train(d, LEARNING_RATE, 0)
+    reference = single.models["actor_critic"].module.state_dict()
+    critic = [k for k in reference if k.startswith(("critic.", "value_head.", "returns_norm."))]
+    assert {reference[k].dtype for k in critic} == {torch.float32, torch.float64}
+    assert sum(reference[k].numel() for k in critic if reference[k].dtype == torch.float32) % 2 == 1
+    ranks = train_on_ranks(2, "actor=0; critic=1", cfg, data, weights, tmp_path)
+    assert max((reference[k].double() - ranks[0]["state"][k].double()).abs().max().item() for k in reference) < 1e-5
+    assert reference["returns_norm.count"] > 1  # the statistics moved, and rank 0's are rank 1's
+    assert all(torch.equal(ranks[0]["state"][k], ranks[1]["state"][k]) for k in critic)
+
+
 def train_on_ranks(n: int, placement: str, cfg: Config, data: list, weights, tmp_path) -> list[dict]:
     """What each of `n` forked ranks, with the models placed by `placement`, holds after training on `data`."""
     spec = GroupSpec(n, free_port(), timeout=60.0, devices=("cpu",) * n, address=ADDRESS,

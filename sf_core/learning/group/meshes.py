@@ -103,17 +103,18 @@ class MeshLink:
                 continue
             tensors = list(self.own[name].values())
             if name not in self.buffers:
-                self.buffers[name] = torch.empty(sum(_nbytes(t) for t in tensors), dtype=torch.uint8,
-                                                 device=self.device)
+                self.buffers[name] = torch.empty(_packed_bytes(tensors), dtype=torch.uint8, device=self.device)
             buffer = self.buffers[name]
-            with collective(f"the hand-over of {name} to rank {PUBLISHER}", self.rank):
-                if self.rank == source:
-                    _pack(tensors, buffer)
+            what = f"the hand-over of {name} to rank {PUBLISHER}"  # packing is no collective: its errors are its own
+            if self.rank == source:
+                _pack(tensors, buffer)
+                with collective(what, self.rank):
                     dist.send(buffer, dst=PUBLISHER)
-                else:
+            else:
+                with collective(what, self.rank):
                     dist.recv(buffer, src=source)
-                    _unpack(buffer, tensors)
-                    self.handover_bytes += buffer.numel()
+                _unpack(buffer, tensors)
+                self.handover_bytes += buffer.numel()
         if self.rank == PUBLISHER:
             for module in whole.modules():
                 if isinstance(module, RunningMeanStd):
@@ -202,18 +203,28 @@ def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
-def _pack(tensors: list[torch.Tensor], buffer: torch.Tensor) -> None:
-    offset = 0
+ALIGN = 16  # bytes: each tensor starts where any dtype's view of the buffer may start (float64 needs 8)
+
+
+def _offsets(tensors: list[torch.Tensor]) -> list[int]:
+    """Where each tensor starts in the packed buffer: after the one before it, rounded up to ALIGN."""
+    offsets, end = [], 0
     for t in tensors:
-        size = _nbytes(t)
-        buffer[offset:offset + size].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
-        offset += size
+        offsets.append(-(-end // ALIGN) * ALIGN)
+        end = offsets[-1] + _nbytes(t)
+    return offsets
+
+
+def _packed_bytes(tensors: list[torch.Tensor]) -> int:
+    return _offsets(tensors)[-1] + _nbytes(tensors[-1]) if tensors else 0
+
+
+def _pack(tensors: list[torch.Tensor], buffer: torch.Tensor) -> None:
+    for t, offset in zip(tensors, _offsets(tensors)):
+        buffer[offset:offset + _nbytes(t)].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
 
 
 @torch.no_grad()
 def _unpack(buffer: torch.Tensor, tensors: list[torch.Tensor]) -> None:
-    offset = 0
-    for t in tensors:
-        size = _nbytes(t)
-        t.copy_(buffer[offset:offset + size].view(t.dtype).view(t.shape))
-        offset += size
+    for t, offset in zip(tensors, _offsets(tensors)):
+        t.copy_(buffer[offset:offset + _nbytes(t)].view(t.dtype).view(t.shape))
