@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 HEAD_CPUS, NODE_CPUS = 3, 2  # logical CPUs: the head has room for a replacement sampler
@@ -51,14 +52,14 @@ def add_node(cluster, node_resources: dict[str, float] | None = None, wait: bool
     return node
 
 
-def start_env_servers(count: int, capacity: int) -> list:
-    """CartPole env servers in this network namespace (the samplers on every node reach them on 127.0.0.1)."""
-    import tempfile
-
+def start_env_servers(servers: list, count: int, capacity: int, log_dir: str) -> None:
+    """CartPole env servers in this network namespace (the samplers on every node reach them on 127.0.0.1),
+    each put in `servers` before it starts, so that a start that fails leaves nothing the caller cannot kill."""
     from tests.helpers import EnvServerProcess
 
-    log_dir = tempfile.mkdtemp(prefix="ray_cluster_env_servers_")
-    return [EnvServerProcess(log_dir, "CartPole-v1", capacity).start() for _ in range(count)]
+    for _ in range(count):
+        servers.append(EnvServerProcess(log_dir, "CartPole-v1", capacity))
+        servers[-1].start()
 
 
 def descendants() -> set:
@@ -192,7 +193,18 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300.0)
     args, train_flags = parser.parse_known_args()
     os.environ.update(ray_environment())
-    servers = start_env_servers(args.env_servers, args.env_server_capacity)
+    with tempfile.TemporaryDirectory(prefix="ray_cluster_env_servers_") as log_dir:
+        servers: list = []
+        try:
+            start_env_servers(servers, args.env_servers, args.env_server_capacity, log_dir)
+            return on_cluster(args, train_flags, servers)
+        finally:
+            for server in servers:
+                server.kill()
+
+
+def on_cluster(args: argparse.Namespace, train_flags: list[str], servers: list) -> int:
+    """Trains on a cluster started here, acting on its progress as `args` says; prints the result as JSON."""
     cluster, workers = start_cluster(args.nodes, json.loads(args.node_resources or "{}"))
     spawned = descendants()
     result: dict = {"killed_at_frames": None, "cluster_killed_at_frames": None, "stopped_at_frames": None,
@@ -227,8 +239,6 @@ def main() -> int:
         result.update(exit_code=proc.returncode, seconds=time.monotonic() - began, output="".join(output)[-6000:],
                       slot_lines=[line.strip() for line in output if " env slots (" in line])
     finally:
-        for server in servers:
-            server.kill()
         cluster.shutdown()
         result["reaped"] = reap(spawned | descendants())
     print(json.dumps(result))
