@@ -185,8 +185,11 @@ class MeshLink:
 
 
 def _agreement(name: str, ranks: list[int], digests: list, copies: tuple[int, ...] | list[int] = ()) -> str:
-    trained = ", ".join(str(r) for r in ranks if r not in copies)
-    where = f"ranks {trained}" + "".join(f" and rank {r}'s copy" for r in copies)
+    trained = [str(r) for r in ranks if r not in copies]
+    where = f"rank{'s' if len(trained) > 1 else ''} {', '.join(trained)}"
+    where += "".join(f" and rank {r}'s copy" for r in copies)
+    if len(digests) == 1:  # one rank and no copy: nothing to agree with
+        return f"learner group: {name} on {where} (sha256 {digests[0]})"
     if all(d == digests[0] for d in digests):
         return f"learner group: {name} identical on {where} (sha256 {digests[0]})"
     return f"learner group: {name} differs between {where}"
