@@ -95,3 +95,29 @@ def test_busy_shares_never_pass_all_of_the_window_and_an_empty_window_gives_no_a
     now[0] += 0.01  # the final line, right after the last: nothing reported in between
     hint = stats.bottleneck_hint()
     assert hint == "busy: no report since the last line"
+
+
+def test_a_resumed_runs_time_to_target_and_training_seconds_count_its_earlier_sessions(monkeypatch):
+    """As --train_for_seconds counts: a target reached 30 s into a session that resumed 100 s of training
+    was reached after 130 s of training; the session's own `seconds` stay its own."""
+    from sf_core.run import stats as stats_module
+    from sf_core.run.stats import TrainingStats
+
+    now = [1000.0]
+    monkeypatch.setattr(stats_module.time, "time", lambda: now[0])
+    first = TrainingStats(window=2, started=now[0])
+    now[0] += 100.0
+    saved = first.checkpoint_state(0.0)
+    now[0] += 500.0  # the experiment lies idle between its sessions
+    resumed = TrainingStats(window=2, started=now[0])
+    resumed.restore(saved)
+    now[0] += 30.0
+    resumed.mark_target_reached(now[0])
+    now[0] += 5.0
+    summary = resumed.summary(0, None)
+    assert summary["time_to_target"] == pytest.approx(130.0)
+    assert summary["seconds"] == pytest.approx(35.0) and summary["training_seconds"] == pytest.approx(135.0)
+    fresh = TrainingStats(window=2, started=now[0])
+    now[0] += 7.0
+    fresh.mark_target_reached(now[0])
+    assert fresh.summary(0, None)["time_to_target"] == pytest.approx(7.0)

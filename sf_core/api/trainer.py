@@ -38,7 +38,7 @@ class TrainingResult:
     episodes: int
     mean_return: float | None  # over the last --stats_window episodes when training stopped
     best_mean_return: float | None  # the best such mean at a checkpoint (best.pt, unless evaluations choose it)
-    time_to_target: float | None  # seconds to --target_mean_return, if it was reached
+    time_to_target: float | None  # training seconds to --target_mean_return (every session's), if reached
     last_checkpoint: str | None
     summary: dict = field(repr=False)
 

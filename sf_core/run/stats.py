@@ -228,13 +228,15 @@ class TrainingStats:
         """training_summary.json: rewritten every summary interval while `running`, and once at the end."""
         return {
             "running": running, "exit_code": exit_code, "error": error, "seconds": self.elapsed(),
-            "frames": self.frames,
+            "training_seconds": self.previous_seconds + self.elapsed(), "frames": self.frames,
             "samples_trained": self.samples_trained, "policy_version": self.policy_version,
             "episodes": self.num_episodes, "mean_return": self.mean_return() if self.returns else None,
             "best_mean_return": self.best_mean_return(),
             "mean_length": float(np.mean(self.lengths)) if self.lengths else None,
             "time_to_first_frame": self.first_frame_at - self.started if self.first_frame_at else None,
-            "time_to_target": self.target_reached_at - self.started if self.target_reached_at else None,
+            # over every session of a resumed experiment, as --train_for_seconds counts
+            "time_to_target": (self.previous_seconds + self.target_reached_at - self.started
+                               if self.target_reached_at else None),
             "mean_return_at_target": self.mean_return_at_target,
             "component_seconds": dict(self.seconds), "env_faults": self.env_faults,
             "worker_restarts": self.worker_restarts, **self.faults.summary(),
