@@ -30,7 +30,8 @@ The graph, in the order it runs (the models it calls in brackets):
   7. combine_advantages  the weighted sum above, under the key the stock PPO update reads
   8. ppo_update, rnd_predictor_update, intrinsic_critic_update   one train_step per trained model
 
-Only flat Box observations are supported: the three networks are MLPs.
+Observations: a flat Box (the networks are MLPs) or an image, of which RND reads the newest frame
+(algo/rnd_networks.py).
 """
 
 from __future__ import annotations
@@ -38,105 +39,33 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import gymnasium as gym
-import numpy as np
 import torch
-from torch import nn
 
 from sf_core.algo import nodes as n
 from sf_core.algo.adam import make_adam
 from sf_core.algo.algorithms import TARGET_INPUTS, UPDATE_INPUTS, Algorithm, common_nodes
 from sf_core.algo.graph import Context, ModelSlot, Node
 from sf_core.algo.model import ActorCritic
-from sf_core.algo.normalization import RunningMeanStd
 from sf_core.algo.params import LearningParams
 from sf_core.algo.ppo import masked_mean
+from sf_core.algo.rnd_networks import IntrinsicCritic, RNDInput, RNDPredictor, RNDTarget
 from sf_core.algo.targets import discounted_cumsum, gae
 from sf_core.config import Config, ConfigError, register_check
 
 Inputs = dict[str, Any]
-OBS_CLIP = 5.0  # whitened observations are clipped to [-5, 5], as in the paper
 
 
-# 1. models ------------------------------------------------------------------------------------------------------
-def rnd_mlp(in_features: int, hidden: int, out_features: int) -> nn.Sequential:
-    """Two hidden ReLU layers, orthogonal init with gain √2 (CleanRL's): a random target with this init
-    spreads different inputs far apart, which is what makes its embedding informative."""
-    layers = [nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-              nn.Linear(hidden, out_features)]
-    for layer in layers:
-        if isinstance(layer, nn.Linear):
-            nn.init.orthogonal_(layer.weight, gain=np.sqrt(2))
-            nn.init.zeros_(layer.bias)
-    return nn.Sequential(*layers)
-
-
-class RNDTarget(nn.Module):
-    """The fixed random network. It holds no statistics (they live in the predictor), so it never changes
-    and may wait off its device between calls (--offload_models)."""
-
-    def __init__(self, obs_size: int, hidden: int):
-        super().__init__()
-        self.net = rnd_mlp(obs_size, hidden, hidden)
-        self.requires_grad_(False)
-
-    def forward(self, whitened_obs: torch.Tensor) -> torch.Tensor:
-        return self.net(whitened_obs)
-
-
-class RNDPredictor(nn.Module):
-    """The trained network, and the two running statistics RND needs (buffers: checkpoints carry them):
-    the observations' mean/std, for whitening what both networks see, and the std of the discounted
-    intrinsic return, which the prediction errors are divided by."""
-
-    def __init__(self, obs_size: int, hidden: int):
-        super().__init__()
-        self.net = rnd_mlp(obs_size, hidden, hidden)
-        self.obs_norm = RunningMeanStd((obs_size,), clip=OBS_CLIP)
-        self.return_norm = RunningMeanStd(())
-
-    def whiten(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.obs_norm.normalize(obs.float())
-
-    def reward_scale(self) -> torch.Tensor:
-        return (self.return_norm.var + self.return_norm.eps).sqrt().float()
-
-    def forward(self, whitened_obs: torch.Tensor) -> torch.Tensor:
-        return self.net(whitened_obs)
-
-
-class IntrinsicCritic(nn.Module):
-    """V_int(s), the value of the intrinsic returns, on observations whitened by its own running statistics.
-    The actor-critic's value head stays the extrinsic critic: the two returns have different discounts and
-    one of them never stops at an episode end."""
-
-    def __init__(self, obs_size: int, hidden: int):
-        super().__init__()
-        self.net = rnd_mlp(obs_size, hidden, 1)
-        self.obs_norm = RunningMeanStd((obs_size,), clip=OBS_CLIP)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(self.obs_norm.normalize(obs.float())).squeeze(-1)
-
-
-def flat_obs_size(space: gym.Space) -> int:
-    """The width of a flat Box observation; a clear error for any other space (the networks are MLPs). The
-    runner asks this of the env's space before any process starts (`Algorithm.check_spaces`)."""
-    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
-        return int(space.shape[0])
-    raise ConfigError(f"--algo=APPO_RND supports flat Box observations only (its networks are MLPs); this env's "
-                      f"observation space is {space}")
-
-
+# 1. models: algo/rnd_networks.py --------------------------------------------------------------------------------
 def check_spaces(obs_space: gym.Space, action_space: gym.Space) -> None:
-    flat_obs_size(obs_space)
+    RNDInput.of(obs_space)
 
 
-def observation_size(actor_critic: ActorCritic) -> int:
-    """flat_obs_size of the space the actor-critic was built for."""
+def rnd_input(actor_critic: ActorCritic) -> RNDInput:
+    """RNDInput.of the space the actor-critic was built for (a Dict or Tuple: refused)."""
     preprocess = actor_critic.preprocess
     if preprocess.packed is None:
-        return flat_obs_size(preprocess.fields[0].space)
-    return flat_obs_size(gym.spaces.Dict({f.key: f.space for f in preprocess.fields}))  # a Dict/Tuple: refused
+        return RNDInput.of(preprocess.fields[0].space)
+    return RNDInput.of(gym.spaces.Dict({f.key: f.space for f in preprocess.fields}))
 
 
 def rnd_models(models: dict[str, ModelSlot], hidden: int) -> dict[str, ModelSlot]:
@@ -144,10 +73,10 @@ def rnd_models(models: dict[str, ModelSlot], hidden: int) -> dict[str, ModelSlot
     learner's device. A learner group's ranks all seed torch alike before building their models, so every
     rank draws the same random target."""
     learner = models["actor_critic"]
-    size, device = observation_size(learner.module), learner.device
-    target = RNDTarget(size, hidden).to(device)
-    predictor = RNDPredictor(size, hidden).to(device)
-    critic = IntrinsicCritic(size, hidden).to(device)
+    inp, device = rnd_input(learner.module), learner.device
+    target = RNDTarget(inp, hidden).to(device)
+    predictor = RNDPredictor(inp, hidden).to(device)
+    critic = IntrinsicCritic(inp, hidden).to(device)
     return {"rnd_target": ModelSlot(target, None, device),
             "rnd_predictor": ModelSlot(predictor, make_adam(predictor.parameters(), device), device),
             "intrinsic_critic": ModelSlot(critic, make_adam(critic.parameters(), device), device)}
@@ -218,7 +147,7 @@ def rnd_predictor_update(ctx: Context, x: Inputs) -> Inputs:
     loss = fit(ctx, slot, lambda idx: (predictor(whitened[idx]) - target[idx]).pow(2).mean(-1), chosen)
 
     active = x["mask"].bool()
-    predictor.obs_norm.update(x["obs"][1:][active], ctx.gather)
+    predictor.update_obs_stats(x["obs"][1:][active], ctx.gather)
     # The paper keeps a running discounted sum per env. A batch's columns are not the same envs from one dataset
     # to the next, so the discounted return within each trajectory stands in for it.
     returns = discounted_cumsum(x["rnd_errors"], torch.full_like(x["rnd_errors"], p.rnd_gamma))
@@ -234,7 +163,7 @@ def intrinsic_critic_update(ctx: Context, x: Inputs) -> Inputs:
     critic = slot.module
     obs, targets = x["obs"][:-1].flatten(0, 1), x["intrinsic_value_targets"].flatten()
     mask = x["mask"].flatten()
-    critic.obs_norm.update(obs[mask.bool()], ctx.gather)
+    critic.update_obs_stats(obs[mask.bool()], ctx.gather)
     loss = fit(ctx, slot, lambda idx: 0.5 * (critic(obs[idx]) - targets[idx]).pow(2), mask)
     return {"intrinsic_critic_stats": {"rnd_intrinsic_value_loss": loss,
                                        "rnd_intrinsic_value_mean": masked_mean(x["intrinsic_values"][:-1],

@@ -1,6 +1,7 @@
 """Hard exploration: APPO against APPO_RND on the corridor (`sf_core/Corridor-v0`, envs/corridor.py), per seed.
 
     python scripts/exploration_benchmark.py --seeds=1,2,3 --frames=1000000 --output=exploration_benchmark.json
+    python scripts/exploration_benchmark.py --env=sf_core/CorridorImage-v0 --algos=APPO_RND   # seen as images
 
 Each run is `python -m sf_core.train` with a fixed frame budget (--frames), stopping early once the mean
 return of the last --stats_window episodes reaches 0.9 (`--target_mean_return`): "reached the goal". Runs go
@@ -30,6 +31,7 @@ TRAINER_FLAGS = ("--num_workers=2", "--num_envs_per_worker=16", "--learning_rate
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--env", default=ENV, help="a corridor: sf_core/Corridor-v0 or sf_core/CorridorImage-v0")
     p.add_argument("--algos", default="APPO,APPO_RND")
     p.add_argument("--seeds", default="1,2,3")
     p.add_argument("--frames", type=int, default=1_000_000, help="--train_for_env_steps of every run")
@@ -42,7 +44,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def run_once(args: argparse.Namespace, algo: str, seed: int, train_dir: str) -> dict:
     """One run, launched and read as scripts/time_to_solve.py does: the target is the goal."""
     flags = shlex.join([f"--algo={algo}", f"--train_for_env_steps={args.frames}", *TRAINER_FLAGS])
-    solve = argparse.Namespace(env=ENV, target=TARGET, limit=args.limit, extra=f"{flags} {args.extra}")
+    solve = argparse.Namespace(env=args.env, target=TARGET, limit=args.limit, extra=f"{flags} {args.extra}")
     run = solve_once(REPO, solve, seed, os.path.join(train_dir, algo))
     return {"algo": algo, "seed": seed, "reached_goal": run["solved"], "frames": run["frames"],
             "frames_to_goal": run["frames"] if run["solved"] else None, **run}
@@ -73,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     markdown = table(runs)
     reached = {algo: sum(r["reached_goal"] for r in runs if r["algo"] == algo) for algo in algos}
     with open(args.output, "w") as f:
-        json.dump({"env": ENV, "target_mean_return": TARGET, "frames": args.frames, "trainer_flags": TRAINER_FLAGS,
-                   "extra": args.extra, "runs": runs, "reached": reached, "table": markdown}, f, indent=2)
+        json.dump({"env": args.env, "target_mean_return": TARGET, "frames": args.frames,
+                   "trainer_flags": TRAINER_FLAGS, "extra": args.extra, "runs": runs, "reached": reached,
+                   "table": markdown}, f, indent=2)
     print(markdown)
     print("reached the goal: " + ", ".join(f"{algo} {n}/{len(seeds)}" for algo, n in reached.items()))
     print(f"results: {args.output}")

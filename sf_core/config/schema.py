@@ -160,8 +160,8 @@ class Config:
                                         "predictor trains on (a random draw per dataset).")
     rnd_learning_rate: float = flag(1e-3, "learning", "APPO_RND: Adam learning rate of the RND predictor and the "
                                     "intrinsic critic.")
-    rnd_hidden: int = flag(128, "learning", "APPO_RND: width of the two hidden layers of the RND target, predictor "
-                           "and intrinsic critic MLPs (the RND embedding is as wide).")
+    rnd_hidden: int = flag(128, "learning", "APPO_RND: width of the hidden layers of the RND target, predictor "
+                           "and intrinsic critic (the RND embedding is as wide); on images, after a conv trunk.")
     shuffle_minibatches: bool = flag(True, "learning", "Shuffle samples across minibatches each epoch.")
     mixed_precision: bool = flag(
         False, "learning", "Model forward passes (inference and learner) and the backward under bfloat16 autocast "
