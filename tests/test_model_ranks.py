@@ -148,11 +148,7 @@ def run_mesh_rank(rank: int, spec: GroupSpec, cfg: Config, data: list, weights, 
 def test_each_model_trains_on_its_own_ranks_as_one_learner_would_and_rank_0_ends_with_all(tmp_path):
     cfg = small_config(split_actor_critic=True)
     data, weights = datasets(cfg, 0), initial_weights(cfg)
-    single = trainer(cfg)  # one learner, the whole batch: first, so the forked ranks find torch warmed up
-    single.build(weights, None)
-    for d in data:
-        torch.manual_seed(11)
-        single.train(d, LEARNING_RATE, 0)
+    single = one_learner(cfg, data, weights)
     reference = single.models["actor_critic"].module.state_dict()
 
     ranks = train_on_ranks(4, PLACEMENT, cfg, data, weights, tmp_path)
@@ -187,11 +183,7 @@ def test_a_critic_handed_over_to_rank_0_brings_its_float64_returns_statistics(tm
     the hand-over failed on Hopper-v5's preset until it did)."""
     cfg = small_config(split_actor_critic=True, normalize_returns=True)
     data, weights = datasets(cfg, 0), initial_weights(cfg)
-    single = trainer(cfg)
-    single.build(weights, None)
-    for d in data:
-        torch.manual_seed(11)
-        single.train(d, LEARNING_RATE, 0)
+    single = one_learner(cfg, data, weights)
     reference = single.models["actor_critic"].module.state_dict()
     critic = [k for k in reference if k.startswith(("critic.", "value_head.", "returns_norm."))]
     assert {reference[k].dtype for k in critic} == {torch.float32, torch.float64}
@@ -200,6 +192,17 @@ def test_a_critic_handed_over_to_rank_0_brings_its_float64_returns_statistics(tm
     assert max((reference[k].double() - ranks[0]["state"][k].double()).abs().max().item() for k in reference) < 1e-5
     assert reference["returns_norm.count"] > 1  # the statistics moved, and rank 0's are rank 1's
     assert all(torch.equal(ranks[0]["state"][k], ranks[1]["state"][k]) for k in critic)
+
+
+def one_learner(cfg: Config, data: list, weights):
+    """One learner with the whole batch, trained on `data` as the ranks are: run first, so the forked ranks
+    find torch warmed up."""
+    single = trainer(cfg)
+    single.build(weights, None)
+    for d in data:
+        torch.manual_seed(11)
+        single.train(d, LEARNING_RATE, 0)
+    return single
 
 
 def train_on_ranks(n: int, placement: str, cfg: Config, data: list, weights, tmp_path) -> list[dict]:
@@ -217,11 +220,7 @@ def test_two_models_on_the_same_ranks_train_at_once_as_one_learner_trains_them_o
     run at once, each all-reducing on its own group, and end where one learner's sequential steps end."""
     cfg = small_config(split_actor_critic=True)
     data, weights = datasets(cfg, 0), initial_weights(cfg)
-    single = trainer(cfg)
-    single.build(weights, None)
-    for d in data:
-        torch.manual_seed(11)
-        single.train(d, LEARNING_RATE, 0)
+    single = one_learner(cfg, data, weights)
     reference = single.models["actor_critic"].module.state_dict()
     overlapping = dataclasses.replace(cfg, overlap_graph_nodes=True)
     ranks = train_on_ranks(2, "critic=0,1; actor=0-1", overlapping, data, weights, tmp_path)
