@@ -21,6 +21,7 @@ from torch import nn
 
 from sf_core.algo.conv_encoders import conv_trunk
 from sf_core.algo.encoders import image_layout
+from sf_core.algo.mlp import mlp
 from sf_core.algo.normalization import Gather, RunningMeanStd
 from sf_core.config import ConfigError
 
@@ -73,11 +74,8 @@ def init_orthogonal(module: nn.Module) -> nn.Module:
 
 def dense(in_features: int, hidden: int, out_features: int, hidden_layers: int) -> list[nn.Module]:
     """`hidden_layers` ReLU layers of `hidden` units, then a linear output layer."""
-    layers: list[nn.Module] = []
-    for _ in range(hidden_layers):
-        layers += [nn.Linear(in_features, hidden), nn.ReLU()]
-        in_features = hidden
-    return layers + [nn.Linear(in_features, out_features)]
+    last = hidden if hidden_layers else in_features
+    return [*mlp(in_features, (hidden,) * hidden_layers, "relu"), nn.Linear(last, out_features)]
 
 
 def rnd_network(inp: RNDInput, hidden: int, out_features: int, image_dense_layers: int = 0) -> nn.Module:
@@ -119,23 +117,31 @@ class RNDTarget(nn.Module):
         return self.net(whitened_obs)
 
 
-class RNDPredictor(nn.Module):
-    """The trained network, and the two running statistics RND needs (buffers: checkpoints carry them):
-    the observations' mean/std, for whitening what both networks see, and the std of the discounted
-    intrinsic return, which the prediction errors are divided by."""
+class Whitening(nn.Module):
+    """What the predictor and the intrinsic critic share: the input they read (`RNDInput`) and its running
+    statistics, which whiten it."""
 
-    def __init__(self, inp: RNDInput, hidden: int):
+    def __init__(self, inp: RNDInput):
         super().__init__()
         self.inp = inp
-        self.net = rnd_network(inp, hidden, hidden, image_dense_layers=2)
         self.obs_norm = RunningMeanStd(inp.stats_shape, clip=OBS_CLIP)
-        self.return_norm = RunningMeanStd(())
 
     def whiten(self, obs: torch.Tensor) -> torch.Tensor:
         return self.obs_norm.normalize(self.inp.read(obs))
 
     def update_obs_stats(self, obs: torch.Tensor, gather: Gather | None = None) -> None:
         self.obs_norm.update(self.inp.read(obs), gather)
+
+
+class RNDPredictor(Whitening):
+    """The trained network, and the two running statistics RND needs (buffers: checkpoints carry them):
+    the observations' mean/std, for whitening what both networks see, and the std of the discounted
+    intrinsic return, which the prediction errors are divided by."""
+
+    def __init__(self, inp: RNDInput, hidden: int):
+        super().__init__(inp)
+        self.net = rnd_network(inp, hidden, hidden, image_dense_layers=2)
+        self.return_norm = RunningMeanStd(())
 
     def reward_scale(self) -> torch.Tensor:
         return (self.return_norm.var + self.return_norm.eps).sqrt().float()
@@ -144,19 +150,14 @@ class RNDPredictor(nn.Module):
         return self.net(whitened_obs)
 
 
-class IntrinsicCritic(nn.Module):
+class IntrinsicCritic(Whitening):
     """V_int(s), the value of the intrinsic returns, on observations whitened by its own running statistics.
     The actor-critic's value head stays the extrinsic critic: the two returns have different discounts and
     one of them never stops at an episode end."""
 
     def __init__(self, inp: RNDInput, hidden: int):
-        super().__init__()
-        self.inp = inp
+        super().__init__(inp)
         self.net = rnd_network(inp, hidden, 1, image_dense_layers=1)
-        self.obs_norm = RunningMeanStd(inp.stats_shape, clip=OBS_CLIP)
-
-    def update_obs_stats(self, obs: torch.Tensor, gather: Gather | None = None) -> None:
-        self.obs_norm.update(self.inp.read(obs), gather)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(self.obs_norm.normalize(self.inp.read(obs))).squeeze(-1)
+        return self.net(self.whiten(obs)).squeeze(-1)

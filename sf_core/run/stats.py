@@ -146,7 +146,7 @@ class TrainingStats:
         return {"policy_stats": policy_stats, "frames": self.frames, "samples_trained": self.samples_trained,
                 "episodes": self.num_episodes, "policy_version": self.policy_version,
                 "env_faults": self.env_faults, "worker_restarts": self.worker_restarts, **self.faults.state(),
-                "training_seconds": self.previous_seconds + self.elapsed(),
+                "training_seconds": self.training_seconds(),
                 "mean_return": self.mean_return() if self.returns else None,
                 "best_mean_return": float(best_mean_return), "recent_returns": [float(r) for r in self.returns],
                 "recent_lengths": [int(n) for n in self.lengths], "recent_metrics": self.metrics.state()}
@@ -207,6 +207,10 @@ class TrainingStats:
     def elapsed(self) -> float:
         return time.time() - self.started
 
+    def training_seconds(self) -> float:
+        """This session's seconds and those of the sessions it resumed."""
+        return self.previous_seconds + self.elapsed()
+
     def fps(self) -> float:
         now = time.time()
         self.fps_history.append((now, self.frames))
@@ -228,7 +232,7 @@ class TrainingStats:
         """training_summary.json: rewritten every summary interval while `running`, and once at the end."""
         return {
             "running": running, "exit_code": exit_code, "error": error, "seconds": self.elapsed(),
-            "training_seconds": self.previous_seconds + self.elapsed(), "frames": self.frames,
+            "training_seconds": self.training_seconds(), "frames": self.frames,
             "samples_trained": self.samples_trained, "policy_version": self.policy_version,
             "episodes": self.num_episodes, "mean_return": self.mean_return() if self.returns else None,
             "best_mean_return": self.best_mean_return(),
