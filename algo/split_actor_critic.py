@@ -109,13 +109,9 @@ def minibatches(ctx: Context, samples: dict[str, torch.Tensor], epochs: int) -> 
     """[T, N, ...] tensors as minibatches of --batch_size samples, in this call's own order, for `epochs` passes;
     each with its "weights" (the mask over its count)."""
     flat = {key: value.flatten(0, 1) for key, value in samples.items()}
-    count = flat["mask"].shape[0]
-    for _ in range(epochs):
-        order = n.minibatch_order(ctx, count, flat["mask"].device)
-        for start in range(0, count, ctx.params.batch_size):
-            mb = {key: value[order[start:start + ctx.params.batch_size]] for key, value in flat.items()}
-            mb["weights"] = mb["mask"] / mb["mask"].sum().clamp_min(1.0)
-            yield mb
+    for mb in n.epoch_minibatches(ctx, flat, ctx.params.batch_size, epochs, dim=0):
+        mb["weights"] = mb["mask"] / mb["mask"].sum().clamp_min(1.0)
+        yield mb
 
 
 def mean_stats(totals: torch.Tensor | None, steps: int, names: tuple[str, ...]) -> dict[str, float]:
