@@ -28,6 +28,9 @@ def check_cluster_flags(cfg: Config) -> None:
     if not cfg.async_rl:
         raise ConfigError("--ray_address samples asynchronously (each node keeps sampling while the learner "
                           "trains; V-trace or PPO's clipping handle the lag): --async_rl must be True")
+    if cfg.num_batches_to_accumulate:
+        raise ConfigError("--ray_address samples asynchronously with no bound on the datasets collected ahead: "
+                          "--num_batches_to_accumulate must be 0")
 
 
 def parse_resources(value: str) -> dict[str, float]:

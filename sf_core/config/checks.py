@@ -27,7 +27,7 @@ def check_ranges(cfg: Config) -> None:
         value = getattr(cfg, name)
         if not (value > 0 and math.isfinite(value)):
             raise ConfigError(f"--{name} must be a positive number, got {value}")
-    for name in ("max_policy_lag", "max_recoveries", "max_worker_replacements"):
+    for name in ("max_policy_lag", "max_recoveries", "max_worker_replacements", "num_batches_to_accumulate"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"--{name} must be at least 0, got {getattr(cfg, name)}")
     if cfg.eval_every_env_steps < 0:
@@ -76,3 +76,6 @@ def check_policies(cfg: Config) -> None:
     if cfg.num_policies > 1 and not cfg.async_rl:
         raise ConfigError("--async_rl=False trains one policy: with several, a trajectory slot holds rows of "
                           "several policies and cannot wait for all of their learners; use --async_rl=True")
+    if cfg.num_policies > 1 and cfg.datasets_ahead():
+        raise ConfigError("--num_batches_to_accumulate trains one policy: with several, a trajectory slot holds "
+                          "rows of several policies and cannot wait for all of their learners; leave it at 0")

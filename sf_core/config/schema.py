@@ -123,6 +123,11 @@ class Config:
     async_rl: bool = flag(
         True, "rollout", "Keep sampling while the learner trains (policy lag is measured). False: workers wait "
         "for new weights after each dataset (lag 0 when the dataset is a multiple of workers×envs×rollout).")
+    num_batches_to_accumulate: int = flag(
+        0, "rollout", "With --async_rl: at most this many datasets are collected ahead of the one the learner "
+        "trains on; sampling then waits for it to finish (policy lag at most this many versions, the work of "
+        "sampling and training overlapped). 0: sampling runs ahead as far as the buffers allow (about one dataset "
+        "and one round of every worker's envs beyond the one being filled).")
 
     # --- learning
     algo: str = flag("APPO", "learning", "Algorithm graph: APPO, PPO, REINFORCE, APPO_TEACHER (--teacher), "
@@ -347,6 +352,14 @@ class Config:
 
     def envs_per_split(self) -> int:
         return self.num_envs_per_worker // self.worker_num_splits
+
+    def datasets_ahead(self) -> int | None:
+        """Datasets sampling may collect ahead of the one in training, each slot held until its dataset is
+        trained on: 0 without --async_rl, --num_batches_to_accumulate with it; None: slots are freed as soon
+        as they are copied (--async_rl with no bound)."""
+        if not self.async_rl:
+            return 0
+        return self.num_batches_to_accumulate or None
 
     def validate(self) -> None:
         """Every registered check (sf_core/config/checks.py, then each feature's own): ConfigError on the first

@@ -43,8 +43,10 @@ class BufferLayout:
         dataset_trajectories = cfg.dataset_size() // cfg.rollout
         # Async: room for one whole dataset plus one more round, so sampling goes on while the learner
         # trains. Sync: just enough for one dataset, so workers wait for the new weights (policy lag 0
-        # when the dataset is a whole number of rounds; otherwise bounded by the sets per split).
-        if cfg.async_rl:
+        # when the dataset is a whole number of rounds; otherwise bounded by the sets per split); with
+        # --num_batches_to_accumulate=N, enough for N more, collected while the learner trains (lag ≤ N).
+        ahead = cfg.datasets_ahead()
+        if ahead is None:
             # With --env_service, splits without slots (down, drained, or not added yet: more envs than
             # slots) produce nothing for a while: room for one live split to fill a dataset alone, or the
             # learner would wait for trajectories that the live splits have no slot to write. With
@@ -58,9 +60,10 @@ class BufferLayout:
             sets = math.ceil(dataset_trajectories / producers) + 1
         else:
             # a slot is freed only once all its trajectories are copied, so a dataset that splits a
-            # slot leaves up to rows - 1 of them waiting: room for those too, or it deadlocks
+            # slot leaves up to rows - 1 of them waiting: room for those too, or it deadlocks. Each slot
+            # is held until its dataset is trained on: room for the datasets collected ahead as well
             partial = rows - 1 if dataset_trajectories % rows else 0
-            sets = math.ceil((dataset_trajectories + partial) / trajectories_per_round)
+            sets = math.ceil((1 + ahead) * (dataset_trajectories + partial) / trajectories_per_round)
         return cls(cfg.num_workers, cfg.worker_num_splits, cfg.envs_per_split(), cfg.rollout, sets, agents_per_env,
                    cfg.num_policies)
 

@@ -4,8 +4,9 @@ Signals in: new_trajectories, batch_consumed, stop. Out: batch_ready, slots_free
 
 A dataset is `batch_size × num_batches_per_epoch` samples = that many / rollout trajectories, which
 need not be a whole number of slots: a slot is freed once all of its trajectories were copied. With
---async_rl the slots are freed right after copying, so sampling goes on during training; without it,
-only after the learner has trained on them and published new weights.
+--async_rl the slots are freed right after copying, so sampling goes on during training; without it, or
+with --num_batches_to_accumulate, only after the learner has trained on them and published new weights
+(then the buffers hold the datasets that may be collected ahead: none without --async_rl).
 
 Each policy has its own batcher and datasets: it copies the trajectory rows its policy acted on.
 """
@@ -106,7 +107,7 @@ class Batcher(Component):
             if self.uncopied[slot] == 0:
                 del self.uncopied[slot]
                 done.append(slot)
-        if self.cfg.async_rl:
+        if self.cfg.datasets_ahead() is None:
             self._free_slots(done)
         else:
             self.held.setdefault(index, []).extend(done)

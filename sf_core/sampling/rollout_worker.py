@@ -258,9 +258,9 @@ class RolloutWorker(SlotRecovery, Component):
                 self._park(split, failure)
             else:
                 self._request(split, RowOrigin.AFTER_RESET)
-        elif self.cfg.async_rl:
+        elif self.cfg.datasets_ahead() is None:
             self._step(split)
-        else:  # sync: the action carried into row 0 predates the weights trained meanwhile
+        else:  # slots held until trained on: row 0's carried action predates the weights trained meanwhile
             self._request(split, RowOrigin.CARRIED)
 
     def _leave_draining_slots(self, split: int) -> None:

@@ -291,7 +291,11 @@ def check_training_flags(cfg: Config) -> None:
     if cfg.num_envs_per_worker < share:  # parse_args sets it; a Config built in Python may not
         raise ConfigError(f"--num_envs_per_worker={cfg.num_envs_per_worker} must be at least each worker's share "
                           f"of --env_service: {arithmetic}")
-    if cfg.num_envs_per_worker > share and not cfg.async_rl:
+    if cfg.num_envs_per_worker > share and cfg.datasets_ahead() is not None:
+        if cfg.async_rl:
+            raise ConfigError(f"--num_envs_per_worker={cfg.num_envs_per_worker} plans for more envs than the slots "
+                              f"({arithmetic}), and with --num_batches_to_accumulate each dataset waits for every "
+                              f"env: the envs waiting for slots would stop training; leave it at 0")
         raise ConfigError(f"--num_envs_per_worker={cfg.num_envs_per_worker} plans for more envs than the slots "
                           f"({arithmetic}), and with --async_rl=False a dataset needs every env: the envs waiting "
                           f"for slots would stop training; use --async_rl=True (the default)")
