@@ -143,7 +143,7 @@ def presets_table() -> str:
     if missing:
         raise RuntimeError(f"presets set values for unknown flags: {missing}")
     versions = ", ".join(f"`{other}` gets `{key}`'s" for other, key in OTHER_VERSIONS.items())
-    families = ", ".join(f"`{key}`, the ids gymnasium makes from `{module}` (Hopper-v5, Ant-v4, "
+    families = ", ".join(f"`{key}`, the ids gymnasium makes from `{module}` (Ant-v5, Humanoid-v4, "
                          f"InvertedPendulum-v5, ...)" for key, module in FAMILIES.items())
     lines = [
         "## Per-env presets: applied under your flags",

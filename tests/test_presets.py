@@ -54,7 +54,7 @@ def test_a_version_not_known_to_match_gets_no_preset_and_a_line_naming_the_one_t
     assert preset_for("MyEnv-v1").how == "none"
 
 
-@pytest.mark.parametrize("env", ["Hopper-v5", "InvertedPendulum-v5", "Pusher-v5", "Ant-v4", "Humanoid-v5"])
+@pytest.mark.parametrize("env", ["Ant-v5", "InvertedPendulum-v5", "Pusher-v5", "Ant-v4", "Humanoid-v5"])
 def test_a_mujoco_id_without_a_preset_of_its_own_gets_the_familys(env):
     lines = []
     cfg, preset = parse_args([f"--env={env}", "--num_epochs=3"], announce=lines.append)
@@ -62,6 +62,14 @@ def test_a_mujoco_id_without_a_preset_of_its_own_gets_the_familys(env):
     assert cfg.normalize_input and cfg.train_for_env_steps == PRESETS["MuJoCo"]["train_for_env_steps"]
     assert cfg.num_epochs == 3  # typed flags still win
     assert lines[0].startswith(f"applied the MuJoCo preset, made for every id of that family ({env} has no preset")
+
+
+def test_hopper_and_walker2d_collect_one_dataset_while_the_learner_trains_on_the_one_before():
+    for env in ("Hopper-v5", "Walker2d-v5", "Hopper-v4"):
+        cfg, preset = parse_args([f"--env={env}"], announce=lambda line: None)
+        assert preset in ("Hopper-v5", "Walker2d-v5") and cfg.datasets_ahead() == 1
+        assert cfg.num_epochs == PRESETS["MuJoCo"]["num_epochs"]  # the family's values otherwise
+    assert parse_args(["--env=Ant-v5"], announce=lambda line: None)[0].datasets_ahead() == 0
 
 
 def test_swimmer_gets_the_familys_values_with_a_long_horizon_and_its_older_version_too():
