@@ -20,7 +20,8 @@ MUJOCO_IDS = ["HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-
 @pytest.mark.parametrize("env_id", MUJOCO_IDS)
 def test_presets_and_spaces(env_id):
     cfg, preset = parse_args([f"--env={env_id}"])
-    assert preset == (env_id if env_id == "HalfCheetah-v5" else "MuJoCo")  # its own, else the family's
+    own = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")
+    assert preset == (env_id if env_id in own else "MuJoCo")  # its own, else the family's
     assert cfg.normalize_input and cfg.normalize_returns and cfg.nonlinearity == "tanh"
     assert cfg.train_for_env_steps == 1_000_000  # the budget the published scores are quoted at
     env = make_env(env_id, cfg, EnvContext(0, 0, 0))
