@@ -202,9 +202,10 @@ def epoch_minibatches(ctx: Context, tensors: dict[str, torch.Tensor], size: int,
     gathers every tensor once in its order and cuts the minibatches as slices: the same samples as a gather per
     minibatch, with an eighth of the gathers at 8 minibatches an epoch (on small models a gather's cost is its
     per-call overhead)."""
-    count = next(iter(tensors.values())).shape[dim]
+    first = next(iter(tensors.values()))
+    count = first.shape[dim]
     for _ in range(epochs):
-        order = minibatch_order(ctx, count, next(iter(tensors.values())).device)
+        order = minibatch_order(ctx, count, first.device)
         shuffled = {key: value.index_select(dim, order) for key, value in tensors.items()}
         for start in range(0, count, size):
             yield {key: value.narrow(dim, start, min(size, count - start)) for key, value in shuffled.items()}

@@ -125,7 +125,7 @@ class Config:
         "for new weights after each dataset (lag 0 when the dataset is a multiple of workers×envs×rollout).")
     num_batches_to_accumulate: int = flag(
         0, "rollout", "With --async_rl: at most this many datasets are collected ahead of the one the learner "
-        "trains on; sampling then waits for it to finish (policy lag at most this many versions, the work of "
+        "trains on; sampling then waits for it to finish (a policy lag of about this many versions, the work of "
         "sampling and training overlapped). 0: sampling runs ahead as far as the buffers allow (about one dataset "
         "and one round of every worker's envs beyond the one being filled).")
 

@@ -142,9 +142,11 @@ _HALF_CHEETAH: dict[str, Any] = {
 
 # Hopper and Walker2d: the family's values with one dataset collected while the learner trains on the one
 # before (--num_batches_to_accumulate=1: a policy lag of 1). At lag 0 sampling waits out every update, and
-# their 1M frames took 182-195 s on 2 cores; at lag 1, 138-158 s, with the same evaluations on seeds 1-3.
-# Unbounded async (lag 2-4) was as fast, with final training returns 25-30 % lower (docs/results.md, "The
-# 3-minute mark"). Ant and Humanoid step too slowly for the overlap to matter; they keep lag 0.
+# their 1M frames took 182-195 s on 2 cores; at lag 1, 138-166 s. Over seeds 1-5 Walker2d evaluated better
+# (3,450 against lag 0's 2,436 on seeds 1-3), Hopper lower (2,550 against 3,054), both above CleanRL's scores.
+# Unbounded async (lag 2-4) was as fast, with final training returns 25-30 % lower (docs/results.md, "Hopper
+# and Walker2d: one dataset collected while the learner trains"). Ant and Humanoid are bound by env stepping
+# and keep lag 0.
 _MUJOCO_ONE_AHEAD: dict[str, Any] = {**_MUJOCO, "async_rl": True, "num_batches_to_accumulate": 1}
 
 # Swimmer's reward comes from moving forward over a whole 1,000-step episode, each step's share small: with the
@@ -182,7 +184,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "Swimmer-v5": _SWIMMER,
     "Hopper-v5": _MUJOCO_ONE_AHEAD,
     "Walker2d-v5": _MUJOCO_ONE_AHEAD,
-    "MuJoCo": _MUJOCO,  # Hopper, Walker2d, Ant, Humanoid, InvertedPendulum, ...: every id without its own
+    "MuJoCo": _MUJOCO,  # Ant, Humanoid, InvertedPendulum, Pusher, ...: every id without its own
     "atari_*": _ATARI,
     "ALE/*": _ATARI,
 }
