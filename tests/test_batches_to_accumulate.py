@@ -47,11 +47,16 @@ def test_slots_are_held_until_their_dataset_is_trained_on():
         assert all(buffers.holds.is_free(slot) for slot in slots)
 
 
-def test_several_policies_or_a_negative_count_are_refused():
-    with pytest.raises(ConfigError, match="num_batches_to_accumulate"):
+def test_several_policies_ray_samplers_or_a_negative_count_are_refused():
+    with pytest.raises(ConfigError, match="num_batches_to_accumulate trains one policy"):
         Config(**ONE_ROUND, num_policies=2, num_batches_to_accumulate=1).validate()
     with pytest.raises(ConfigError, match="num_batches_to_accumulate must be at least 0"):
         Config(**ONE_ROUND, num_batches_to_accumulate=-1).validate()
+    pytest.importorskip("ray")  # the cluster's check asks for Ray before it reads this flag
+    import sf_core.cluster.flags  # noqa: F401  (registers the cluster's check, as the trainer's import does)
+
+    with pytest.raises(ConfigError, match="num_batches_to_accumulate must be 0"):
+        Config(**ONE_ROUND, ray_address="auto", num_batches_to_accumulate=1).validate()
 
 
 @pytest.mark.slow

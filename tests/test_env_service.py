@@ -72,6 +72,9 @@ def test_too_little_capacity_is_rejected_before_anything_starts(tmp_path):
     with pytest.raises(ConfigError, match=re.escape("with --async_rl=False a dataset needs every env")):
         parse_args(["--env=CartPole-v1", "--num_workers=4", "--num_envs_per_worker=8", "--async_rl=False",
                     "--env_service=127.0.0.1:5555*4,127.0.0.1:5556*4"])
+    with pytest.raises(ConfigError, match=re.escape("with --num_batches_to_accumulate each dataset waits for")):
+        parse_args(["--env=CartPole-v1", "--num_workers=4", "--num_envs_per_worker=8",
+                    "--num_batches_to_accumulate=1", "--env_service=127.0.0.1:5555*4,127.0.0.1:5556*4"])
 
 
 # ------------------------------------------------------------------ server and client
