@@ -19,6 +19,7 @@ import torch
 from sf_core.algo import nodes as n
 from sf_core.algo.graph import GraphError, ModelSlot, Node
 from sf_core.algo.params import LearningParams
+from sf_core.config import Config, ConfigError
 
 
 @dataclass
@@ -40,6 +41,15 @@ RECOMPUTE = Node("recompute", "inference", ("obs", "actions", "rnn_states", "epi
                  model="actor_critic")
 # the values targets are computed against: the behaviour policy's (as PPO does) or RECOMPUTE's
 BEHAVIOUR_VALUES = Node("behaviour_values", "compute", ("behaviour_values",), ("values",), n.behaviour_values)
+
+
+def check_values_source(cfg: Config, nodes: list[Node]) -> None:
+    """Where inference leaves the values to the learner (Config.values_at_learner), no node may read the ones it
+    would have written."""
+    readers = [node.name for node in nodes if "behaviour_values" in node.input_keys]
+    if cfg.values_at_learner() and readers:
+        raise ConfigError(f"--recompute_values=True with a critic of its own: inference runs the actor alone and "
+                          f"writes no behaviour_values, but node {readers[0]!r} of --algo={cfg.algo} reads them")
 
 
 def common_nodes(params: LearningParams, rewards_key: str = "rewards", recompute: bool = False) -> list[Node]:

@@ -185,6 +185,11 @@ class ActorCritic(nn.Module):
         results = [branch.core_step(x, s) for branch, x, s in zip(self.branches, features, states)]
         return [y for y, _ in results], torch.cat([s for _, s in results], dim=-1)
 
+    def action_params(self, obs: torch.Tensor) -> torch.Tensor:
+        """Feed-forward, the actor alone: the action distribution's parameters, without the critic's body (the
+        inference worker's call when the learner computes the values: Config.values_at_learner)."""
+        return self.action_head(self.actor.decode(self.actor.encode(self.preprocess.prepare(obs))))
+
     def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One time step for a batch of envs: (distribution parameters, normalized value, new state)."""
         outputs, state = self._core_step(self._encode(obs), state)

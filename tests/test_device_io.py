@@ -45,7 +45,7 @@ def test_outputs_come_back_as_numpy_of_their_dtype():
         assert host[name].dtype == t.numpy().dtype and np.array_equal(host[name], t.numpy())
 
 
-def act_once(use_rnn: bool, io: DeviceIO | None = None, device: str = "cpu") -> dict[str, torch.Tensor]:
+def act_once(use_rnn: bool, io: DeviceIO | None = None, device: str = "cpu", **flags) -> dict[str, torch.Tensor]:
     """One flush of two requests (a whole split after a step, another after a reset) by an inference worker on
     `device`, with its own DeviceIO or `io`; returns every field it writes."""
     from sf_core.algo.model import ActorCritic, ModelSpec
@@ -56,7 +56,7 @@ def act_once(use_rnn: bool, io: DeviceIO | None = None, device: str = "cpu") -> 
 
     obs, actions = gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(3)
     cfg = Config(env="x", num_workers=1, num_envs_per_worker=4, worker_num_splits=2, rollout=4, batch_size=8,
-                 use_rnn=use_rnn, rnn_size=4, serial_mode=True)
+                 use_rnn=use_rnn, rnn_size=4, serial_mode=True, **flags)
     layout, spec = BufferLayout.from_config(cfg), ModelSpec.from_config(cfg)
     torch.manual_seed(1)
     model = ActorCritic(obs, actions, spec)
@@ -64,7 +64,8 @@ def act_once(use_rnn: bool, io: DeviceIO | None = None, device: str = "cpu") -> 
     buffers["obs"].copy_(torch.randn(buffers["obs"].shape))
     buffers.rnn_latest.copy_(torch.randn(buffers.rnn_latest.shape))
     before = buffers.rnn_latest.clone()
-    worker = InferenceWorker(EventLoop(f"io_loop_{use_rnn}_{io is None}_{device}", serial_mode=True), 0, cfg,
+    loop = EventLoop(f"io_loop_{use_rnn}_{io is None}_{device}_{sorted(flags.items())}", serial_mode=True)
+    worker = InferenceWorker(loop, 0, cfg,
                              buffers, SharedWeights(model, NoLock()), layout, obs, actions, spec, device, seed=0)
     worker.on_start()
     if io is not None:

@@ -361,6 +361,12 @@ class Config:
             return 0
         return self.num_batches_to_accumulate or None
 
+    def values_at_learner(self) -> bool:
+        """Whether inference leaves the values to the learner: they are recomputed there (--recompute_values)
+        and the critic has a feed-forward body of its own, so acting needs the actor alone."""
+        own_body = not self.actor_critic_share_weights or self.split_actor_critic  # as ModelSpec builds it
+        return self.recompute_values and own_body and not (self.use_rnn or self.core_custom)
+
     def validate(self) -> None:
         """Every registered check (sf_core/config/checks.py, then each feature's own): ConfigError on the first
         flag value that cannot work."""

@@ -24,6 +24,7 @@ from sf_core.algo.graph import build_graph
 from sf_core.algo.params import LearningParams
 from sf_core.algo.meshes import check_model_ranks
 from sf_core.algo.placement import check_concurrency, check_placement
+from sf_core.algo.algorithms import check_values_source
 from sf_core.algo.registry import algorithm_builder, build_algorithm
 from sf_core.envs.registry import EnvRegistry, registry_snapshot
 from sf_core.config import Config, ConfigError
@@ -108,6 +109,7 @@ class Runner(Component):
         check_concurrency(cfg, build_graph(algorithm.nodes, BATCH_KEYS))
         check_placement(cfg, algorithm.nodes, algorithm.devices, algorithm.parts)
         check_model_ranks(cfg, algorithm.nodes)
+        check_values_source(cfg, algorithm.nodes)
         obs_space, action_space, agents_per_env = probe_spaces(cfg, self.registry, self.seed)
         algorithm.check_spaces(obs_space, action_space)  # e.g. a teacher of another env: before any process
         self.marks.setdefault("env_probed", time.time())

@@ -8,7 +8,8 @@ Each serves one policy. With several policies it acts only on the rows its polic
 `policy_id` field) and values the cut episodes that policy played.
 
 Reads observations from the trajectory buffers and writes actions, log-probs, values and the policy
-version into the same rows. For envs truncated on the previous step it also writes the value of
+version into the same rows; no values where the learner computes them (`Config.values_at_learner`: it then
+runs the actor alone). For envs truncated on the previous step it also writes the value of
 their final observation (`trunc_values`), which the learner bootstraps from.
 
 A worker may be a replacement for a process that died (sf_core/run/worker_replacement.py): it loads the current
@@ -120,6 +121,7 @@ class InferenceWorker(Component):
         self.version = self.weights.load_into(self.model)  # a replacement's too: the current ones, before it serves
         self.views = {key: t.numpy() for key, t in self.buffers.fields.items()}
         self.views["rnn_latest"] = self.buffers.rnn_latest.numpy()
+        self.actor_only = self.cfg.values_at_learner() and not self.policy.recurrent
         self.incarnations = self.control.incarnations.numpy() if self.control is not None else None
         self.io = DeviceIO(self.device, yield_while_waiting=self.cfg.cuda_sync == "yield")
         self.graphs: GraphedActing | None = None
@@ -210,7 +212,8 @@ class InferenceWorker(Component):
             views["rnn_latest"][at_split] = out["rnn"].reshape(rows.lead + (-1,))
         views["actions"][rows.at] = out["actions"].reshape(rows.lead + tuple(actions.shape[1:]))
         views["log_prob"][rows.at] = out["log_prob"].reshape(rows.lead)
-        views["behaviour_values"][rows.at] = out["values"].reshape(rows.lead)
+        if "values" in out:
+            views["behaviour_values"][rows.at] = out["values"].reshape(rows.lead)
         views["policy_version"][rows.at] = self.version
         clock.add("gather_to_device", gathered - started)
         clock.add("forward", forwarded - gathered)
@@ -221,15 +224,21 @@ class InferenceWorker(Component):
 
     def _sample(self, obs: torch.Tensor, graphed: bool = False) -> dict[str, torch.Tensor]:
         with self.precision(cache=not graphed):
-            params, values = self.policy(obs)
+            if self.actor_only:  # the learner computes the values: the critic's body is not run here
+                params, values = self.policy.action_params(obs), None
+            else:
+                params, values = self.policy(obs)
         return self._sample_from(params, values)
 
-    def _sample_from(self, params: torch.Tensor, values: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Actions sampled from the policy's parameters, with their log-probs and the values in return units."""
+    def _sample_from(self, params: torch.Tensor, values: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """Actions sampled from the policy's parameters, with their log-probs and the values in return units
+        (none when the learner computes them)."""
         dist = self.policy.distribution(params.float())
         actions = dist.sample()
-        return {"actions": actions, "log_prob": dist.log_prob(actions),
-                "values": self.policy.denormalize_value(values.float())}
+        out = {"actions": actions, "log_prob": dist.log_prob(actions)}
+        if values is not None:
+            out["values"] = self.policy.denormalize_value(values.float())
+        return out
 
     @property
     def policy(self) -> ActorCritic:
