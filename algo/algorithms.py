@@ -34,6 +34,10 @@ class Algorithm:
     # models that are shares of another's parameters (name -> that model, e.g. the actor of --split_actor_critic
     # -> actor_critic): they run where it runs
     parts: dict[str, str] = field(default_factory=dict)
+    # the nodes after which the weights inference acts with are final for a dataset, when it needs no values from
+    # acting (Config.values_at_learner): the learner publishes them and hands the dataset back there, while the
+    # nodes left train on (the critic of --split_actor_critic: algo/executor.py, "Release")
+    release_after: tuple[str, ...] = ()
 
 
 RECOMPUTE = Node("recompute", "inference", ("obs", "actions", "rnn_states", "episode_ends"),

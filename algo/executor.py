@@ -18,6 +18,12 @@ order, and every node computes what it would alone: the results are those of seq
 Meshes (`mesh`, the `--model_ranks` flag, algo/meshes.py). A train_step of a model this rank does not hold is
 skipped; the others run on their model's share of the batch, with their model's collectives.
 
+Release (`release_after`). The nodes after which the weights inference acts with are final for the dataset (the
+actor's train_step of --split_actor_critic when the learner computes the values): `run`'s `release` is called as
+soon as they are done, before the nodes left run (the critic's training), so the learner can publish the weights
+and hand the dataset's slots back while the rest trains. Those nodes read copies of the batch's tensors, whose
+memory the sampler fills again once released.
+
 Offload. A frozen model with an `offload_device` waits there between iterations (algo/offload.py): its copy to
 the device starts one generation before its first call, across datasets, and is dropped after its last call;
 `take_transfer_seconds` tells the learner how long the copies took and how much of that the calls waited for.
@@ -29,7 +35,7 @@ import contextlib
 import dataclasses
 import functools
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -55,10 +61,15 @@ def train_steps_at_once(graph: DataflowGraph) -> list[list[str]]:
 
 class GraphExecutor:
     def __init__(self, graph: DataflowGraph, context: Context, overlap: bool = False,
-                 home: str | torch.device = "cpu", overlap_train_steps: bool = True, mesh: RankMesh | None = None):
+                 home: str | torch.device = "cpu", overlap_train_steps: bool = True, mesh: RankMesh | None = None,
+                 release_after: tuple[str, ...] = ()):
         self.graph, self.context, self.home, self.mesh = graph, context, torch.device(home), mesh
         self.overlap_train_steps = overlap and overlap_train_steps
         self.generations = graph.generations()
+        self.release_after, self.late = set(release_after), self._after_release(release_after)
+        # the generation the last release node is in: the nodes left run from there on with copies of the batch
+        self.release_generation = max((i for i, g in enumerate(self.generations) if self.release_after & set(g)),
+                                      default=-1)
         widest = max((len(g) for g in self.generations), default=1)
         self.pool = ThreadPoolExecutor(max_workers=widest, thread_name_prefix="graph") if overlap else None
         self.streams: dict[str, Any] = {}  # node name -> its CUDA stream, when nodes overlap on a GPU
@@ -85,16 +96,48 @@ class GraphExecutor:
         slot = self.context.models.get(node.model) if node.model else None
         return torch.device(slot.device) if slot is not None else self.home
 
-    def run(self, batch: dict[str, Any]) -> dict[str, Any]:
+    def _after_release(self, release_after: tuple[str, ...]) -> set[str]:
+        """The nodes that may run once the release nodes are done: neither one of them nor needed by them."""
+        unknown = [name for name in release_after if name not in self.graph]
+        if unknown:
+            raise GraphError(f"release_after names {unknown[0]!r}, which is not a node of the graph")
+        needed, todo = set(), list(release_after)
+        while todo:
+            name = todo.pop()
+            for u, v in self.graph.edges:
+                if v == name and u not in needed:
+                    needed.add(u)
+                    todo.append(u)
+        return set(self.graph.nodes) - needed - set(release_after) if release_after else set()
+
+    def run(self, batch: dict[str, Any], release: Callable[[], None] | None = None) -> dict[str, Any]:
+        """The graph on `batch`; `release`: called once the `release_after` nodes are done (not called without
+        any)."""
         data, placed = dict(batch), {}
         self._seed_train_steps()
         for index, generation in enumerate(self.generations):
             self.offload.before(index)
             nodes = [self.graph.nodes[name]["node"] for name in generation]
+            if release is not None and index == self.release_generation:
+                self._copy_batch_for_late_nodes(batch, data)
+                for out in self._run_generation([n for n in nodes if n.name in self.release_after], data, placed):
+                    data.update(out)
+                release()
+                nodes = [n for n in nodes if n.name not in self.release_after]
             for out in self._run_generation(nodes, data, placed):
                 data.update(out)
             self.offload.after(index)
         return data
+
+    def _copy_batch_for_late_nodes(self, batch: dict[str, Any], data: dict[str, Any]) -> None:
+        """The batch's tensors the nodes left will read, as copies of their own: the batch's memory is handed back
+        at the release."""
+        storages = {t.untyped_storage().data_ptr() for t in batch.values() if isinstance(t, torch.Tensor)}
+        keys = {key for name in self.late for key in self.graph.nodes[name]["node"].input_keys}
+        for key in keys & set(data):
+            value = data[key]
+            if isinstance(value, torch.Tensor) and value.untyped_storage().data_ptr() in storages:
+                data[key] = value.clone()
 
     def take_transfer_seconds(self) -> tuple[float, float]:
         """Seconds the offloaded models' copies to their devices took since the last call, and the part of them

@@ -211,6 +211,7 @@ def split_actor_critic(algorithm: Algorithm) -> Algorithm:
     extra_models = algorithm.extra_models
     algorithm.extra_models = lambda models: {**extra_models(models), **split_models(models)}
     algorithm.parts = {"actor": WHOLE, "critic": WHOLE}
+    algorithm.release_after = ("actor_update",)  # the critic trains on while the next dataset is collected
     return algorithm
 
 

@@ -139,6 +139,52 @@ def test_the_split_graph_and_what_it_refuses():
     assert not ModelSpec.from_config(small_config(actor_critic_share_weights=True)).share_weights
 
 
+def test_with_values_from_the_learner_the_critic_trains_on_after_the_actor_s_weights_are_handed_back():
+    cfg = small_config(recompute_values=True)
+    assert cfg.values_at_learner()
+    reference = trained(cfg, datasets=1)  # handed back at the end
+
+    trainer = Trainer(cfg, OBS, ACTIONS, ModelSpec.from_config(cfg), "cpu", 3, algorithm_builder(cfg.algo))
+    trainer.build(None, None)
+    assert trainer.executor.release_after == {"actor_update"} and "critic_update" in trainer.executor.late
+    torch.manual_seed(11)
+    data, at_release = dataset(0), {}
+
+    def release() -> None:  # as the learner does: the weights out, then the batcher refills the dataset
+        at_release.update({k: v.clone() for k, v in trainer.models["actor_critic"].module.state_dict().items()})
+        for value in data.values():
+            value.zero_()
+
+    trainer.train(data, 1e-3, 0, release=release)
+    final = trainer.models["actor_critic"].module.state_dict()
+    assert at_release and all(torch.equal(at_release[k], final[k]) for k in final if k.startswith("actor."))
+    assert not all(torch.equal(at_release[k], final[k]) for k in final if k.startswith("critic."))
+    for got, expected in zip(everything(trainer), everything(reference)):  # the critic read its own copies
+        assert torch.equal(got, expected)
+
+
+def test_the_weights_are_handed_back_at_the_end_where_inference_needs_the_critic():
+    for cfg in (small_config(), small_config(recompute_values=True, publish_every_sgd_step=True)):
+        trainer = Trainer(cfg, OBS, ACTIONS, ModelSpec.from_config(cfg), "cpu", 3, algorithm_builder(cfg.algo))
+        trainer.build(None, None)
+        released = []
+        trainer.train(dataset(0), 1e-3, 0, release=lambda: released.append(True))
+        assert not trainer.executor.release_after and not released
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_critic_trained_while_the_next_dataset_is_collected_solves_cartpole_on_policy(tmp_path):
+    code, summary = train(tmp_path, "--env=CartPole-v1", "--algo=PPO", "--split_actor_critic=True",
+                          "--recompute_values=True", "--async_rl=False", "--num_workers=2", "--seed=1",
+                          "--num_envs_per_worker=16", "--batch_size=512",  # a round of sampling is one dataset
+                          "--target_mean_return=400", "--train_for_seconds=120", "--train_for_env_steps=10000000")
+    assert code == 0, summary.get("error")
+    assert summary["time_to_target"] is not None, summary
+    stats = summary["final_learner_stats"]
+    assert stats["critic_grad_norm"] > 0 and stats["policy_lag_max"] == 0, stats  # on-policy: no sample from older weights
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_split_actor_and_critic_at_once_solve_cartpole_and_the_checkpoint_plays_and_exports(tmp_path):

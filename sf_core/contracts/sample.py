@@ -54,7 +54,8 @@ FIELDS: tuple[SampleField, ...] = (
     SampleField("log_prob", "scalar", torch.float32, False, True, "inference worker",
                 "log-probability of that action under the behaviour policy"),
     SampleField("behaviour_values", "scalar", torch.float32, True, True, "inference worker",
-                "V(obs) by the behaviour policy, in reward units; row T bootstraps the trajectory"),
+                "V(obs) by the behaviour policy, in reward units; row T bootstraps the trajectory; "
+                "not written where the learner computes values (Config.values_at_learner)"),
     SampleField("rewards", "scalar", torch.float32, False, False, "rollout worker",
                 "reward of step t, scaled by --reward_scale and clipped"),
     SampleField("dones", "scalar", torch.bool, False, False, "rollout worker", "step t terminated its episode"),

@@ -105,9 +105,16 @@ class Trainer:
         self.executor = GraphExecutor(build_graph(algorithm.nodes, BATCH_KEYS), context,
                                       overlap=self.cfg.overlap_graph_nodes, home=self.device,
                                       overlap_train_steps=link is None or mesh is not None,
-                                      mesh=mesh.mesh(self.cfg.batch_size, ModelHooks(**hooks)) if mesh else None)
+                                      mesh=mesh.mesh(self.cfg.batch_size, ModelHooks(**hooks)) if mesh else None,
+                                      release_after=algorithm.release_after if self.releases_early(link) else ())
         self.apply_hyperparams()
         return version
+
+    def releases_early(self, link: GroupLink | None) -> bool:
+        """Whether the weights inference acts with are published, and the dataset handed back, when the algorithm's
+        `release_after` nodes are done: inference must need nothing of what trains after them (it runs the actor
+        alone), each version must be a dataset's, and one learner must hold the dataset."""
+        return self.cfg.values_at_learner() and not self.cfg.publish_every_sgd_step and link is None
 
     def learning_params(self) -> LearningParams:
         # a rank of a learner group trains on 1/N of each dataset: in minibatches of 1/N of --batch_size, so
@@ -137,10 +144,12 @@ class Trainer:
         assert self.executor is not None
         return self.executor.take_transfer_seconds()
 
-    def train(self, dataset: dict[str, torch.Tensor] | None, lr: float, version: int) -> dict[str, float]:
+    def train(self, dataset: dict[str, torch.Tensor] | None, lr: float, version: int,
+              release: Callable[[], None] | None = None) -> dict[str, float]:
         """One training iteration on `dataset` (in a learner group: on this rank's share of it; a rank elsewhere
         passes None and receives its share from rank 0); returns the graph's statistics (in a group: over every
-        rank's share)."""
+        rank's share). `release`: called when the weights inference acts with are final for this dataset, if the
+        graph says so before its end (GraphExecutor's release_after)."""
         assert self.executor is not None, "the graph is built in build(), before any dataset"
         if self.link is not None:
             dataset = self.link.share(dataset)
@@ -151,7 +160,7 @@ class Trainer:
             for group in optimizer.param_groups:
                 group["lr"] = lr
         self.executor.context.policy_version = version
-        outputs = self.executor.run(batch)
+        outputs = self.executor.run(batch, release)
         # the graph's statistics are nested: a custom *_stats key cannot overwrite version or samples
         stats = {k: v for key, d in outputs.items() if key.endswith("_stats") for k, v in d.items()}
         if self.link is None:
@@ -292,10 +301,18 @@ class Learner(Component):
         self.beat("training on a dataset")
         dataset = self.datasets[index]
         lr = self._learning_rate()
+        # several policies: a dataset holds rows of other policies too (inactive here), which are not ours;
+        # counted before the dataset goes back to the batcher, which refills it
+        samples = dataset["rewards"].numel() if self.cfg.num_policies == 1 else int((~dataset["inactive"]).sum())
+        handed_back: list[float] = []  # the seconds publishing took, once done
+
+        def hand_back() -> None:
+            handed_back.append(self._publish_and_hand_back(index))
+
         try:
             if self.link is not None:  # the other ranks train on their shares of the dataset alongside
                 self.link.send_train(index, lr, self.version)
-            stats = self.trainer.train(dataset, lr, self.version)
+            stats = self.trainer.train(dataset, lr, self.version, release=hand_back)
         except GroupError as exc:
             self._lose_group(exc)
             return
@@ -304,20 +321,27 @@ class Learner(Component):
         if copied:  # the offloaded models' copies: the part the training waited for is a phase of its own
             self.clock.add("offload_copy", exposed)
             self.clock.count("offload_copy_us", int(copied * 1e6))  # every copy's whole time, hidden or not
-        self.clock.add("sgd", trained - started - exposed)
+        self.clock.add("sgd", trained - started - exposed - sum(handed_back))
         self.clock.mark("first_sgd")
-        # several policies: a dataset holds rows of other policies too (inactive here), which are not ours;
-        # counted before the dataset goes back to the batcher, which refills it
-        samples = dataset["rewards"].numel() if self.cfg.num_policies == 1 else int((~dataset["inactive"]).sum())
-        if not self.cfg.publish_every_sgd_step:  # (otherwise the last step's weights are out already)
-            self.version += 1
-            self.weights.publish(self.trainer.models["actor_critic"].module, self.version)
-        self.clock.add("publish_weights", time.perf_counter() - trained)
+        if not handed_back:  # (the graph hands it back early where the critic trains on: Trainer.releases_early)
+            hand_back()
+        self.clock.add("publish_weights", handed_back[0])
         self.clock.count("datasets")
-        BATCH_CONSUMED.emit(self, index)
         self.samples_trained += samples
         REPORT.emit(self, LearnerReport(self.policy, self.version, samples, time.perf_counter() - started,
                                         {"learning_rate": lr, **stats}))
+
+    def _publish_and_hand_back(self, index: int) -> float:
+        """The dataset's new weights out (unless each SGD step published its own) and its slots back to the
+        batcher; returns the seconds it took."""
+        started = time.perf_counter()
+        if self.trainer.device.startswith("cuda"):  # the dataset's copies to the device are done before it is refilled
+            torch.cuda.synchronize(self.trainer.device)
+        if not self.cfg.publish_every_sgd_step:
+            self.version += 1
+            self.weights.publish(self.trainer.models["actor_critic"].module, self.version)
+        BATCH_CONSUMED.emit(self, index)
+        return time.perf_counter() - started
 
     @guarded
     def keep_group_waiting(self) -> None:
