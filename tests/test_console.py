@@ -25,7 +25,7 @@ def test_a_preset_not_verified_here_says_so():
     assert preset_for("Acrobot-v1").describe("Acrobot-v1").endswith("(flags you pass override it)")
     for env in ("atari_pong", "Swimmer-v5", "HalfCheetah-v4"):  # HalfCheetah-v5's preset, verified on v5 only
         assert "not yet verified here" in preset_for(env).describe(env)
-    for env in ("Hopper-v5", "Ant-v5", "Humanoid-v5"):  # Hopper-v5 its own preset, the others the family's: verified per id
+    for env in ("Hopper-v5", "Ant-v5", "Humanoid-v5", "Pusher-v5"):  # Pusher-v5 the family's: verified per id
         assert "verified" not in preset_for(env).describe(env)
 
 

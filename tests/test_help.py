@@ -58,8 +58,8 @@ def test_help_for_an_env_nothing_applies_to_says_so(capsys):
     assert "--env=NoSuchEnv-v0: no preset applies, and no defaults are fitted to its spaces" in text
     text = help_text(["--env=Pendulum-v0", "--help"], capsys)
     assert "no preset for Pendulum-v0; Pendulum-v1 has one, not applied" in text
-    text = help_text(["--env=Ant-v4", "--help"], capsys)
-    assert "--env=Ant-v4: the MuJoCo preset applies" in text  # its family's
+    text = help_text(["--env=Pusher-v4", "--help"], capsys)
+    assert "--env=Pusher-v4: the MuJoCo preset applies" in text  # its family's
 
 
 def test_help_with_a_bad_value_is_still_the_help_and_says_why_the_values_are_not_shown(capsys):

@@ -259,7 +259,8 @@ BATCH_READY = Signal("batch_ready", _batch_ready, "batcher (--ray_address: the s
 
 
 def _batch_consumed(index: int) -> None:
-    """The learner trained on dataset `index` and published the new weights: the buffer is free."""
+    """The learner trained on dataset `index` and published the new weights: the buffer is free. (Trained: as far
+    as the weights inference acts with go; a graph's later nodes may train on copies: Algorithm.release_after.)"""
 
 
 BATCH_CONSUMED = Signal("batch_consumed", _batch_consumed, "learner (a sampler's: its shard emitter)",
