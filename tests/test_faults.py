@@ -187,8 +187,9 @@ def test_two_trainings_in_one_interpreter_are_independent(tmp_path):
     from sf_core import register_env
 
     register_env("FirstRunOnly-v0", lambda name, cfg, ctx: gym.make("CartPole-v1"))
+    # the second run's 2,000 frames end at its next report, a second's frames later (30k-60k here, serial)
     code1, first = train(tmp_path, "--env=FirstRunOnly-v0", "--serial_mode=True", "--seed=5",
-                         "--train_for_env_steps=60000", experiment="one")
+                         "--train_for_env_steps=150000", experiment="one")
     code2, second = train(tmp_path, "--env=CartPole-v1", "--serial_mode=True", "--seed=5",
                           "--train_for_env_steps=2000", experiment="two")
     assert code1 == code2 == 0

@@ -147,8 +147,7 @@ class Sampler:
         self.weights = self.host.topology.weights
         timer = Timer(self.host.loop, CHECK_INTERVAL_SEC, object_id="sampler_check_timer")
         timer.timeout.connect(self.host.check)
-        for proc in self.host.topology.processes:
-            proc.start()
+        self.host.topology.start_processes()
         self.thread = threading.Thread(target=self._run, name="sampler_loop", daemon=True)
         self.thread.start()
         log.info("sampler %d (start %d) running on node %s", spec.index, spec.incarnation, self.node[:8])

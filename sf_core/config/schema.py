@@ -339,16 +339,14 @@ class Config:
     learner_resources: str = flag("", "cluster", "Custom Ray resources those ranks need, NAME:AMOUNT,... (e.g. "
                                   "learner:1, for nodes started with ray start --resources='{\"learner\": 1}').")
 
-    # ----------------------------------------------------------------------------------------------
     def dataset_size(self) -> int:
         """Samples the learner consumes per training iteration."""
         return self.batch_size * self.num_batches_per_epoch
 
     def recurrence_length(self) -> int:
         """Steps the learner unrolls per sequence (1: every sample on its own)."""
-        if self.recurrence != -1:
-            return self.recurrence
-        return self.rollout if self.use_rnn or self.core_custom else 1
+        recurrent = self.rollout if self.use_rnn or self.core_custom else 1
+        return self.recurrence if self.recurrence != -1 else recurrent
 
     def envs_per_split(self) -> int:
         return self.num_envs_per_worker // self.worker_num_splits
@@ -357,15 +355,13 @@ class Config:
         """Datasets sampling may collect ahead of the one in training, each slot held until its dataset is
         trained on: 0 without --async_rl, --num_batches_to_accumulate with it; None: slots are freed as soon
         as they are copied (--async_rl with no bound)."""
-        if not self.async_rl:
-            return 0
-        return self.num_batches_to_accumulate or None
+        return (self.num_batches_to_accumulate or None) if self.async_rl else 0
 
     def values_at_learner(self) -> bool:
-        """Whether inference leaves the values to the learner: they are recomputed there (--recompute_values)
-        and the critic has a feed-forward body of its own, so acting needs the actor alone."""
-        own_body = not self.actor_critic_share_weights or self.split_actor_critic  # as ModelSpec builds it
-        return self.recompute_values and own_body and not (self.use_rnn or self.core_custom)
+        """Whether inference leaves the values to the learner, where they are recomputed (--recompute_values),
+        and acts with the actor alone: the critic's body is its own (as ModelSpec builds it), feed-forward."""
+        own = not self.actor_critic_share_weights or self.split_actor_critic
+        return self.recompute_values and own and not (self.use_rnn or self.core_custom)
 
     def validate(self) -> None:
         """Every registered check (sf_core/config/checks.py, then each feature's own): ConfigError on the first

@@ -29,6 +29,7 @@ from sf_core.algo.distributions import action_storage
 from sf_core.algo.model import ActorCritic, ModelSpec, layer_summary
 from sf_core.algo.observations import obs_storage
 from sf_core.algo.registry import algorithm_builder
+from sf_core.common.forking import frozen_heap
 from sf_core.envs.env_check import check_env
 from sf_core.envs.multi_agent import is_multi_agent, num_agents
 from sf_core.envs.registry import EnvContext, EnvRegistry
@@ -113,6 +114,11 @@ class Topology:
             return set()
         stalled = self.control.heartbeats.stalled(heartbeat_timeout)
         return {self.host[name].name for name, _, _ in stalled if name in self.host}
+
+    def start_processes(self) -> None:
+        with frozen_heap():  # the children leave this process's garbage to it
+            for proc in self.processes:
+                proc.start()
 
     def close_processes(self) -> None:
         for proc in self.processes:

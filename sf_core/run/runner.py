@@ -20,11 +20,11 @@ from dataclasses import replace
 import gymnasium as gym
 import torch
 
+from sf_core.algo.algorithms import check_values_source
 from sf_core.algo.graph import build_graph
 from sf_core.algo.params import LearningParams
 from sf_core.algo.meshes import check_model_ranks
 from sf_core.algo.placement import check_concurrency, check_placement
-from sf_core.algo.algorithms import check_values_source
 from sf_core.algo.registry import algorithm_builder, build_algorithm
 from sf_core.envs.registry import EnvRegistry, registry_snapshot
 from sf_core.config import Config, ConfigError
@@ -186,8 +186,7 @@ class Runner(Component):
         return self.exit_code if self.exit_code is not None else EXIT_OK
 
     def _start_components(self) -> None:
-        for proc in self.topology.processes:
-            proc.start()
+        self.topology.start_processes()
         self.marks.setdefault("processes_started", time.time())
         if self.threads_before_fork:  # this interpreter may train again, serially, later
             torch.set_num_threads(self.threads_before_fork)

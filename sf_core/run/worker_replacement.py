@@ -45,6 +45,7 @@ import signal
 from collections import deque
 from dataclasses import dataclass
 
+from sf_core.common.forking import frozen_heap
 from sf_core.config import Config
 from sf_core.contracts.component import Component, Routing
 from sf_core.contracts.control import ControlBlock
@@ -192,7 +193,8 @@ class WorkerReplacement:
             control.heartbeats.restart(component.name)
         Routing.poll_only(proc.event_loop)  # the dead process may have been waiting on it (PollingQueue says why)
         proc.renew()
-        proc.start()
+        with frozen_heap():
+            proc.start()
 
     def kill_hung(self, topology: Topology, now: float, recovery: Recovery | None,
                   pid: int | None = None) -> tuple[str, str] | None:
