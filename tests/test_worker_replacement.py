@@ -91,6 +91,7 @@ ENVS = textwrap.dedent('''
         from tests.test_faults import _queue_mutex
 
         # this process has every worker's object, as the runner built them: its own is the one of its index
+        gc.unfreeze()  # the objects this process inherited are frozen (sf_core/common/forking.py): seen again
         worker = next(o for o in gc.get_objects() if isinstance(o, RolloutWorker) and o.worker == ctx.worker_index)
         queue = worker.event_loop.signal_queue
         for _ in range(10000):  # found while unlocked: an inference worker's put may hold it this instant
@@ -111,6 +112,7 @@ ENVS = textwrap.dedent('''
         from sf_core.contracts.queue_lock import MUTEX
         from sf_core.sampling.rollout_worker import RolloutWorker
 
+        gc.unfreeze()  # the objects this process inherited are frozen (sf_core/common/forking.py): seen again
         worker = next(o for o in gc.get_objects() if isinstance(o, RolloutWorker) and o.worker == ctx.worker_index)
         queue = worker.receiver_queues["runner"]
         ctypes.CDLL(None).pthread_mutex_lock(ctypes.c_void_p(ctypes.addressof(queue.queue_obj_buffer) + MUTEX))
