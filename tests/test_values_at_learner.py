@@ -1,6 +1,6 @@
-"""Values computed by the learner (`Config.values_at_learner`): with --recompute_values=True and a critic of its own,
-the inference worker runs the actor alone, and no node of the learner's graph may read the values it no longer
-writes."""
+"""Values computed by the learner (`Config.values_at_learner`): with --recompute_values=True and a critic of its
+own, the inference worker runs the actor alone, and no node of the learner's graph may read the values it no
+longer writes."""
 
 from __future__ import annotations
 

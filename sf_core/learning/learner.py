@@ -335,7 +335,7 @@ class Learner(Component):
         """The dataset's new weights out (unless each SGD step published its own) and its slots back to the
         batcher; returns the seconds it took."""
         started = time.perf_counter()
-        if self.trainer.device.startswith("cuda"):  # the dataset's copies to the device are done before it is refilled
+        if self.trainer.device.startswith("cuda"):  # its copies to the device done before the batcher refills it
             torch.cuda.synchronize(self.trainer.device)
         if not self.cfg.publish_every_sgd_step:
             self.version += 1
