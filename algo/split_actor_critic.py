@@ -219,4 +219,5 @@ def split_actor_critic(algorithm: Algorithm) -> Algorithm:
 def check_split(cfg: Config) -> None:
     if cfg.split_actor_critic and (cfg.use_rnn or cfg.core_custom):
         raise ConfigError("--split_actor_critic=True trains feed-forward models only; a recurrent core "
-                          "(--use_rnn, --core_custom) would need its state split between the actor and the critic")
+                          "(--use_rnn, --core_custom) would need its state split between the actor and the critic "
+                          "(an env's preset may set it: pass --split_actor_critic=False with a recurrent core)")

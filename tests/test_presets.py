@@ -6,6 +6,7 @@ import gymnasium as gym
 import pytest
 
 from sf_core.cli.arguments import parse_args
+from sf_core.config import ConfigError
 from sf_core.run.presets import OTHER_VERSIONS, PRESETS, VERIFIED, family_of, preset_for
 from tests import launch
 from tests.conftest import extra
@@ -77,6 +78,10 @@ def test_ant_and_humanoid_train_their_critic_while_the_next_dataset_is_collected
         cfg, preset = parse_args([f"--env={env}"], announce=lambda line: None)
         assert preset == env and cfg.split_actor_critic and cfg.values_at_learner()
         assert cfg.datasets_ahead() == 0 and cfg.num_epochs == PRESETS["MuJoCo"]["num_epochs"]
+    with pytest.raises(ConfigError, match="pass --split_actor_critic=False with a recurrent core"):
+        parse_args(["--env=Ant-v5", "--use_rnn=True"], announce=lambda line: None)[0].validate()
+    assert parse_args(["--env=Ant-v5", "--use_rnn=True", "--split_actor_critic=False"],
+                      announce=lambda line: None)[0].use_rnn
 
 
 def test_swimmer_gets_the_familys_values_with_a_long_horizon_and_its_older_version_too():
