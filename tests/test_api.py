@@ -123,6 +123,7 @@ def test_the_pages_example_runs_as_written(tmp_path):
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     evaluation = re.search(r"evaluation: ([\d.]+) ± ([\d.]+)", done.stdout)
-    assert evaluation and float(evaluation.group(1)) >= 450, done.stdout
+    # a random policy plays 22; the one of the moment the training mean first passes 475 evaluated at 288-500
+    assert evaluation and float(evaluation.group(1)) >= 200, done.stdout
     summary = json.loads((tmp_path / "train_dir" / "cartpole_api" / "training_summary.json").read_text())
     assert summary["time_to_target"] is not None
