@@ -21,8 +21,8 @@ skipped; the others run on their model's share of the batch, with their model's 
 Release (`release_after`). The nodes after which the weights inference acts with are final for the dataset (the
 actor's train_step of --split_actor_critic when the learner computes the values): `run`'s `release` is called as
 soon as they are done, before the nodes left run (the critic's training), so the learner can publish the weights
-and hand the dataset's slots back while the rest trains. Those nodes read copies of the batch's tensors, whose
-memory the sampler fills again once released.
+and hand the dataset's slots back while the rest trains. Those nodes read copies of the batch's host tensors,
+whose memory the sampler fills again once released (on a GPU the batch is the learner's copy already).
 
 Offload. A frozen model with an `offload_device` waits there between iterations (algo/offload.py): its copy to
 the device starts one generation before its first call, across datasets, and is dropped after its last call;
@@ -131,12 +131,14 @@ class GraphExecutor:
 
     def _copy_batch_for_late_nodes(self, batch: dict[str, Any], data: dict[str, Any]) -> None:
         """The batch's tensors the nodes left will read, as copies of their own: the batch's memory is handed back
-        at the release."""
-        storages = {t.untyped_storage().data_ptr() for t in batch.values() if isinstance(t, torch.Tensor)}
+        at the release. Only host memory is: on another device the batch is already the learner's own copy."""
+        storages = {t.untyped_storage().data_ptr() for t in batch.values()
+                    if isinstance(t, torch.Tensor) and t.device.type == "cpu"}
         keys = {key for name in self.late for key in self.graph.nodes[name]["node"].input_keys}
         for key in keys & set(data):
             value = data[key]
-            if isinstance(value, torch.Tensor) and value.untyped_storage().data_ptr() in storages:
+            if (isinstance(value, torch.Tensor) and value.device.type == "cpu"
+                    and value.untyped_storage().data_ptr() in storages):
                 data[key] = value.clone()
 
     def take_transfer_seconds(self) -> tuple[float, float]:

@@ -190,6 +190,34 @@ def test_a_datasets_sgd_steps_on_the_gpu_queue_without_a_host_sync():
         guard.finish()
 
 
+def test_on_a_gpu_the_critic_trains_after_the_release_on_the_learner_s_own_copies():
+    """--split_actor_critic with --recompute_values on a GPU: the batch the critic reads after the dataset is handed
+    back is the learner's copy on the device, used as it is, and zeroing the host's dataset changes nothing."""
+    from sf_core.algo.model import ModelSpec
+    from sf_core.algo.registry import algorithm_builder
+    from sf_core.learning.learner import Trainer
+    from tests.test_split_actor_critic import ACTIONS, OBS, dataset, everything, small_config, trained
+
+    cfg = small_config(recompute_values=True, device="gpu")
+    trainer = Trainer(cfg, OBS, ACTIONS, ModelSpec.from_config(cfg), "cuda", 3, algorithm_builder(cfg.algo))
+    trainer.build(None, None)
+    host = dataset(0)
+    batch = {key: t.cuda() for key, t in host.items()}
+    data = dict(batch)
+    trainer.executor._copy_batch_for_late_nodes(batch, data)
+    assert all(data[key] is batch[key] for key in batch)  # the device copies are the learner's: no clone
+    reference = trained(cfg, datasets=1, device="cuda")  # handed back at the end
+
+    def release() -> None:
+        for value in host.values():
+            value.zero_()
+
+    torch.manual_seed(11)
+    trainer.train(host, 1e-3, 0, release=release)
+    for got, expected in zip(everything(trainer), everything(reference)):  # not trained on zeroed memory
+        assert torch.allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_overlapped_graph_nodes_on_cuda_streams_give_the_sequential_results(tmp_path):
     """scripts/bench_graph_overlap.py --device=cuda: two independent inference nodes, each on its own stream."""
     out = tmp_path / "overlap.json"

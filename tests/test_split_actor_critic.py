@@ -48,8 +48,9 @@ def dataset(seed: int = 0) -> dict[str, torch.Tensor]:
     return d
 
 
-def trained(cfg: Config, datasets: int = 2, state: dict | None = None, on_minibatch=lambda: None) -> Trainer:
-    trainer = Trainer(cfg, OBS, ACTIONS, ModelSpec.from_config(cfg), "cpu", 3, algorithm_builder(cfg.algo))
+def trained(cfg: Config, datasets: int = 2, state: dict | None = None, on_minibatch=lambda: None,
+            device: str = "cpu") -> Trainer:
+    trainer = Trainer(cfg, OBS, ACTIONS, ModelSpec.from_config(cfg), device, 3, algorithm_builder(cfg.algo))
     trainer.build(None, state, on_minibatch)
     torch.manual_seed(11)  # the global generator the train_steps' own are seeded from
     for index in range(datasets):
