@@ -5,9 +5,9 @@
     python scripts/bench_train_steps.py --device=cuda      # a CUDA stream each
 
 Two learners' trainers (sf_core.learning.learner.Trainer, as the learner builds it) on one synthetic dataset of
-HalfCheetah-v5's shape (17 observations, 6 continuous actions) and its preset's hyperparameters (2,048 samples,
-2 minibatches of 1,024, 5 epochs): one with --overlap_graph_nodes=False, whose actor_update and critic_update
-run one after the other, and one with it True, whose two run at once on two threads. Each iteration (the whole
+HalfCheetah-v5's shape (17 observations, 6 continuous actions) and its preset's hyperparameters of 2026-11-27
+(2,048 samples, 2 minibatches of 1,024, 5 epochs): one with --overlap_graph_nodes=False, whose actor_update and
+critic_update run one after the other, and one with it True, whose two run at once on two threads. Each iteration (the whole
 graph: targets, the statistics, both updates) is timed in turns, the order alternating; prints the medians,
 their ratio, and whether the two ended with bit-identical weights and optimizer states.
 """

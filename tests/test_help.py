@@ -21,7 +21,7 @@ def help_text(argv: list[str], capsys) -> str:
 def test_help_with_an_env_shows_its_presets_values_and_where_they_come_from(argv, capsys):
     text = help_text(argv, capsys)
     assert "Adam learning rate. (default: 0.0003, from the HalfCheetah-v5 preset)" in text
-    assert "Passes over each dataset. (default: 5, from the HalfCheetah-v5 preset)" in text
+    assert "Passes over each dataset. (default: 10, from the HalfCheetah-v5 preset)" in text
     assert "(default: 0.0001)" not in text  # Sample Factory's learning rate is not what this run gets
     line = "--env=HalfCheetah-v5: the HalfCheetah-v5 preset applies"
     assert text.count(line) == 2  # at the top and at the bottom

@@ -40,7 +40,7 @@ def test_another_version_says_which_preset_it_got_and_that_a_flag_typed_wins():
     lines = []
     cfg, preset = parse_args(["--env=HalfCheetah-v4", "--learning_rate=0.01"], announce=lines.append)
     assert preset == cfg.preset == "HalfCheetah-v5"
-    assert cfg.learning_rate == 0.01 and cfg.num_epochs == 5 and cfg.nonlinearity == "tanh"
+    assert cfg.learning_rate == 0.01 and cfg.num_epochs == 10 and cfg.nonlinearity == "tanh"
     assert lines[0].startswith("applied the preset of HalfCheetah-v5, made for that version: HalfCheetah-v4 has "
                                "the same spaces (flags you pass override it)")
 
