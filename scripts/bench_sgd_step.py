@@ -9,6 +9,11 @@ on the device and read once per dataset (algo/non_finite.py; what a learner on a
     python scripts/bench_sgd_step.py --env=atari_pong --default_malloc   # without reuse_freed_memory()
     python scripts/bench_sgd_step.py --env=CartPole-v1 --flags="--encoder_mlp_layers 512 512"
     python scripts/bench_sgd_step.py --env=atari_pong --device=cuda    # the learner's ceiling on a GPU
+    python scripts/bench_sgd_step.py --env=Humanoid-v5 --iteration     # and a whole dataset's training
+
+With --iteration it also times the learner's whole training iteration on one dataset of the preset's size
+(`Trainer.train`, as the learner runs it: the preset's graph, so the values, GAE, every epoch of every model's
+update, a split actor and critic's two updates), on synthetic samples.
 
 Observations are random samples of the env's observation space (stored dtype, e.g. uint8 frames), so
 the preprocessing the learner does (conversion, scaling, normalisation) is timed too. Figures are the
@@ -27,6 +32,7 @@ from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -38,6 +44,9 @@ from sf_core.algo.params import LearningParams  # noqa: E402
 from sf_core.envs.registry import EnvContext, registry_snapshot  # noqa: E402
 from sf_core.cli.arguments import add_bool_argument, parse_args  # noqa: E402
 from sf_core.contracts.component import reuse_freed_memory  # noqa: E402
+from sf_core.contracts.sample import SampleSpaces, batch_tensors  # noqa: E402
+from sf_core.algo.registry import algorithm_builder  # noqa: E402
+from sf_core.learning.learner import Trainer  # noqa: E402
 
 
 def best_ms(fn, device: str = "cpu", repeats: int = 3, calls: int = 5) -> float:
@@ -67,6 +76,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--inference_batch", type=int, default=64)
     p.add_argument("--steps_per_dataset", type=int, default=16, help="SGD steps between reads of the check")
     p.add_argument("--device", default="cpu", help="where the model and the samples live: cpu, cuda, cuda:N")
+    add_bool_argument(p, "iteration", False, "also time a whole training iteration on one dataset")
     args = p.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error(f"--device={args.device}: CUDA is not available here")
@@ -97,6 +107,27 @@ def time_sgd_steps(model: ActorCritic, params: LearningParams, lr: float, miniba
         return best_ms(dataset, args.device, calls=1) / args.steps_per_dataset
 
     return dataset_ms(on_device=False), None if args.unfused_adam else dataset_ms(on_device=True)
+
+
+def time_iteration(cfg, obs_space, action_space, device: str) -> tuple[float, int]:
+    """ms of the learner's training iteration (Trainer.train) on one synthetic dataset of the preset's size, and
+    that size in samples."""
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise SystemExit(f"--iteration: {cfg.env}'s observations are not one array ({obs_space})")
+    rollout = cfg.rollout
+    trajectories = cfg.batch_size * cfg.num_batches_per_epoch // rollout
+    trainer = Trainer(cfg, obs_space, action_space, ModelSpec.from_config(cfg), device, 3,
+                      algorithm_builder(cfg.algo))
+    trainer.build(None, None)
+    data = batch_tensors(SampleSpaces(obs_space, action_space), rollout, trajectories)
+    rows = data["obs"].shape[0] * trajectories
+    data["obs"].copy_(torch.as_tensor(np.stack([obs_space.sample() for _ in range(rows)])).view_as(data["obs"]))
+    data["actions"].copy_(torch.as_tensor(np.stack([action_space.sample() for _ in range(rollout * trajectories)]))
+                          .view_as(data["actions"]))
+    data["log_prob"].fill_(-1.0)
+    data["rewards"].copy_(torch.rand(data["rewards"].shape))
+    data["dones"].copy_(torch.rand(data["dones"].shape) < 0.01)
+    return best_ms(lambda: trainer.train(data, cfg.learning_rate, 0), device, calls=1), rollout * trajectories
 
 
 def main() -> int:
@@ -147,6 +178,10 @@ def main() -> int:
               f"({step_ms / on_device_ms:.2f}x the rate with the check read on the host at every step)")
     print(f"inference forward, batch {len(batch)}: {forward_ms:.2f} ms "
           f"({forward_ms / len(batch) * 1e3:.0f} µs/sample)")
+    if args.iteration:
+        iteration_ms, samples = time_iteration(cfg, obs_space, action_space, device)
+        print(f"training iteration: {iteration_ms:.1f} ms per dataset of {samples:,} samples "
+              f"({iteration_ms / samples * 1e3:.0f} µs/sample {where})")
     return 0
 
 

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from sf_core.cli.arguments import parse_args
 from tests import launch
 
 pytestmark = pytest.mark.slow  # every test here trains or runs a script
@@ -39,6 +40,17 @@ def test_bench_sgd_step_times_the_presets_model(flags):
     assert ("bf16 autocast" in proc.stdout) == bool(flags)
     step_ms = float(re.search(r"SGD step: ([\d.]+) ms", proc.stdout).group(1))
     assert 0 < step_ms < 1000
+
+
+def test_bench_sgd_step_times_a_whole_iteration_of_the_presets_graph():
+    flags = "--encoder_mlp_layers 16 --split_actor_critic=True --recompute_values=True"
+    proc = run("bench_sgd_step.py", ["--env=Pendulum-v1", f"--flags={flags}", "--iteration"])
+    cfg, _ = parse_args(["--env=Pendulum-v1", *flags.split()])
+    found = re.search(r"training iteration: ([\d.]+) ms per dataset of ([\d,]+) samples", proc.stdout)
+    assert found, proc.stdout
+    assert int(found.group(2).replace(",", "")) == cfg.batch_size * cfg.num_batches_per_epoch
+    step_ms, iteration_ms = float(re.search(r"SGD step: ([\d.]+) ms", proc.stdout).group(1)), float(found.group(1))
+    assert iteration_ms > step_ms * cfg.num_epochs  # every epoch's steps, of both models
 
 
 def test_bench_train_steps_times_both_forms_and_they_end_identical(tmp_path):
