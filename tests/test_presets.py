@@ -92,6 +92,15 @@ def test_swimmer_gets_the_familys_values_with_a_long_horizon_and_its_older_versi
     assert parse_args(["--env=Hopper-v5"], announce=lambda line: None)[0].gamma == 0.99
 
 
+def test_inverted_double_pendulum_gets_the_familys_values_with_a_lower_learning_rate():
+    cfg, preset = parse_args(["--env=InvertedDoublePendulum-v5"], announce=lambda line: None)
+    assert preset == "InvertedDoublePendulum-v5" and cfg.learning_rate == 1e-4
+    assert cfg.num_epochs == PRESETS["MuJoCo"]["num_epochs"] and cfg.normalize_input
+    # v4 observes 11 quantities where v5 observes 9: the family's values, not v5's
+    cfg, preset = parse_args(["--env=InvertedDoublePendulum-v4"], announce=lambda line: None)
+    assert preset == "MuJoCo" and cfg.learning_rate == PRESETS["MuJoCo"]["learning_rate"]
+
+
 def test_a_preset_has_values_of_its_own_for_vector_envs_which_the_console_names():
     lines: list[str] = []
     cfg, _ = parse_args(["--env=CartPole-v1"], announce=lines.append)
