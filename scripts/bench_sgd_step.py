@@ -43,6 +43,7 @@ from sf_core.algo.nodes import _ppo_policy_loss, _sgd_step, step_guard  # noqa: 
 from sf_core.algo.params import LearningParams  # noqa: E402
 from sf_core.envs.registry import EnvContext, registry_snapshot  # noqa: E402
 from sf_core.cli.arguments import add_bool_argument, parse_args  # noqa: E402
+from sf_core.config import Config  # noqa: E402
 from sf_core.contracts.component import reuse_freed_memory  # noqa: E402
 from sf_core.contracts.sample import SampleSpaces, batch_tensors  # noqa: E402
 from sf_core.algo.registry import algorithm_builder  # noqa: E402
@@ -109,7 +110,8 @@ def time_sgd_steps(model: ActorCritic, params: LearningParams, lr: float, miniba
     return dataset_ms(on_device=False), None if args.unfused_adam else dataset_ms(on_device=True)
 
 
-def time_iteration(cfg, obs_space, action_space, device: str) -> tuple[float, int]:
+def time_iteration(cfg: Config, obs_space: gym.Space, action_space: gym.Space, device: str
+                   ) -> tuple[float, int]:
     """ms of the learner's training iteration (Trainer.train) on one synthetic dataset of the preset's size, and
     that size in samples."""
     if not isinstance(obs_space, gym.spaces.Box):
