@@ -58,3 +58,18 @@ def test_the_log_follows_stdout_after_a_caller_swaps_and_closes_it(capsys):
     log.info("after the swapped stream closed")
     out, err = capsys.readouterr()
     assert "after the swapped stream closed" in out and "Logging error" not in err
+
+
+def test_a_run_shorter_than_a_console_interval_still_reports_its_rate():
+    """The last line of a run of a second or two printed `fps 0`: the rate had only one point to go on."""
+    import time
+
+    from sf_core.contracts.signals import RolloutReport
+
+    stats = TrainingStats(window=10)
+    stats.add(RolloutReport(worker=0, frames=1000, episodes=[], env_seconds=0.1, env_faults=0))
+    time.sleep(0.2)
+    stats.add(RolloutReport(worker=0, frames=1000, episodes=[], env_seconds=0.1, env_faults=0))
+    fps = stats.fps()
+    assert 2000 / 1.0 < fps < 2000 / 0.19  # both reports' frames over the time since the first one came
+    assert "fps 0 " not in stats.console_line()

@@ -108,10 +108,11 @@ class TrainingStats:
             raise TypeError(f"unknown report {report!r}")
 
     def _add_rollout(self, report: RolloutReport) -> None:
-        self.frames += report.frames
         if report.frames and self.first_frame_at is None:
             self.first_frame_at = time.time()
             self.accounting.mark("first_frame", self.first_frame_at)
+            self.fps_history.append((self.first_frame_at, self.frames))  # a run shorter than a console line's
+        self.frames += report.frames  # interval gets a rate too
         self.seconds["env_step"] += report.env_seconds
         self.env_faults += report.env_faults
         if report.service is not None:
