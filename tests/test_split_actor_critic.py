@@ -192,8 +192,10 @@ def test_split_actor_and_critic_at_once_solve_cartpole_and_the_checkpoint_plays_
     import sf_core.enjoy
     from sf_core.records import checkpoint
 
+    # trained to a training mean of 450 and played at ≥ 400: stopped at the first mean of 400, the policy
+    # played 3 episodes with its most likely actions at 241 once in a full suite (500 in 8 runs alone)
     code, summary = train(tmp_path, "--env=CartPole-v1", "--algo=PPO", "--split_actor_critic=True",
-                          "--overlap_graph_nodes=True", "--num_workers=2", "--seed=1", "--target_mean_return=400",
+                          "--overlap_graph_nodes=True", "--num_workers=2", "--seed=1", "--target_mean_return=450",
                           "--train_for_seconds=120", "--train_for_env_steps=10000000")
     assert code == 0, summary.get("error")
     assert summary["time_to_target"] is not None, summary
