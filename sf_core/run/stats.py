@@ -111,8 +111,9 @@ class TrainingStats:
         if report.frames and self.first_frame_at is None:
             self.first_frame_at = time.time()
             self.accounting.mark("first_frame", self.first_frame_at)
-            self.fps_history.append((self.first_frame_at, self.frames))  # a run shorter than a console line's
-        self.frames += report.frames  # interval gets a rate too
+            # the rate's first point: a run shorter than a console line's interval gets a rate too
+            self.fps_history.append((self.first_frame_at, self.frames))
+        self.frames += report.frames
         self.seconds["env_step"] += report.env_seconds
         self.env_faults += report.env_faults
         if report.service is not None:
