@@ -32,6 +32,20 @@ class FusedAdam:
         self.param_groups = [{"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, **OPTIONS,
                               "params": params}]
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}  # torch's: per parameter
+        # the rate in a tensor on the parameters' device (`keep_lr_in_tensor`), or None: the group's float
+        self.lr_tensor: torch.Tensor | None = None
+
+    def keep_lr_in_tensor(self) -> None:
+        """From now on `step` reads the rate from a tensor on the parameters' device, which `load_lr` fills from
+        the group's value. A step recorded as a CUDA graph (algo/graphed_sgd.py) keeps every float argument as
+        a constant, so a rate that changes between datasets must be read from memory."""
+        if self.lr_tensor is None:
+            self.lr_tensor = torch.tensor(float(self.param_groups[0]["lr"]), device=self.params[0].device)
+
+    def load_lr(self) -> None:
+        """The group's rate into the rate's tensor (outside a recording: there the write would be replayed)."""
+        if self.lr_tensor is not None:
+            self.lr_tensor.fill_(float(self.param_groups[0]["lr"]))
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
@@ -55,12 +69,13 @@ class FusedAdam:
         for p in params:  # the kernel takes one device and dtype at a time
             by_kind.setdefault((p.device, p.dtype), []).append(p)
         beta1, beta2 = group["betas"]
+        lr = self.lr_tensor if self.lr_tensor is not None else group["lr"]
         for same in by_kind.values():
             states = [self.state[p] for p in same]
             steps = [s["step"] for s in states]
             torch._foreach_add_(steps, 1)
             torch._fused_adam_(same, [p.grad for p in same], [s["exp_avg"] for s in states],
-                               [s["exp_avg_sq"] for s in states], [], steps, amsgrad=False, lr=group["lr"],
+                               [s["exp_avg_sq"] for s in states], [], steps, amsgrad=False, lr=lr,
                                beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"],
                                maximize=False, grad_scale=None, found_inf=found_inf)
             if found_inf is not None:  # the kernel skipped the update, not the count added above

@@ -49,11 +49,17 @@ class StepGuard:
         with torch.no_grad():
             values = torch.stack([t.detach().float().reshape(()) for t in terms.values()])
             if self.found is None:
-                self.found, self.first_terms, self.names = bad.float(), values, tuple(terms)
-            else:
-                self.first_terms = torch.where(bad & (self.found == 0), values, self.first_terms)
-                self.found = torch.maximum(self.found, bad.float())
+                self.found, self.names = torch.zeros((), device=values.device), tuple(terms)
+                self.first_terms = torch.zeros_like(values)
+            # in place: a step recorded as a CUDA graph (algo/graphed_sgd.py) writes where it was recorded
+            self.first_terms.copy_(torch.where(bad & (self.found == 0), values, self.first_terms))
+            self.found.copy_(torch.maximum(self.found, bad.float()))
         self.optimizer.step(found_inf=self.found)
+
+    def reset(self) -> None:
+        """Ready for another dataset's steps: no step of it found non-finite yet."""
+        if self.found is not None:
+            self.found.zero_()
 
     def finish(self) -> None:
         """Raises if a step of this dataset was not finite (on the device: the one read of the flag)."""

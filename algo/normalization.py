@@ -68,3 +68,13 @@ class RunningMeanStd(nn.Module):
     def _apply(self, fn, *args, **kwargs):  # .to(device) etc. must not keep a cache on the old device
         self._cache = None
         return super()._apply(fn, *args, **kwargs)
+
+
+def forget_cached_statistics(model: nn.Module) -> None:
+    """Drops every RunningMeanStd's cached float copies of its statistics. Before a CUDA graph records a model
+    call, so that the graph converts the statistics itself on each replay (a cache made before would be read
+    at its old address, stale once the statistics change); and after it, so that eager calls never read a
+    tensor of the graph's memory pool."""
+    for module in model.modules():
+        if isinstance(module, RunningMeanStd):
+            module._invalidate()

@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from sf_core.algo.normalization import RunningMeanStd
+from sf_core.algo.normalization import forget_cached_statistics
 
 Acting = Callable[[torch.Tensor], dict[str, torch.Tensor]]  # observations -> actions, log_prob, values
 
@@ -59,16 +59,9 @@ class GraphedActing:
                 self.act(static_in)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        self._forget_cached_statistics()  # so the graph converts the running statistics itself on each replay
+        forget_cached_statistics(self.model)  # so the graph converts the running statistics itself on each replay
         with torch.cuda.graph(graph, pool=self.pool):
             static_out = self.act(static_in)
-        self._forget_cached_statistics()  # eager calls must not read tensors of the graph's memory pool
+        forget_cached_statistics(self.model)  # eager calls must not read tensors of the graph's memory pool
         self.pool = graph.pool()
         return graph, static_in, static_out
-
-    def _forget_cached_statistics(self) -> None:
-        """RunningMeanStd caches float copies of its statistics until they change. A cache made before the
-        capture would be read by the graph at its old address, stale once new weights (and statistics) load."""
-        for module in self.model.modules():
-            if isinstance(module, RunningMeanStd):
-                module._invalidate()
