@@ -65,6 +65,8 @@ class ModelSlot:
     # the model whose parameters these are a share of ("actor_critic" for the actor and the critic of
     # --split_actor_critic): its weights are saved, published and placed with that model's
     part_of: str | None = None
+    # its SGD steps recorded as CUDA graphs, by loss (algo/graphed_sgd.py, --sgd_cuda_graphs)
+    sgd_graphs: dict[Any, Any] = field(default_factory=dict)
 
     @property
     def trainable(self) -> bool:

@@ -20,6 +20,7 @@ import torch
 from sf_core.algo import ppo
 from sf_core.algo.gradient_clipping import clip_grad_norm
 from sf_core.algo.graph import Context, ModelSlot
+from sf_core.algo.graphed_sgd import graphed_sgd, is_recording
 from sf_core.algo.model import autocast
 from sf_core.algo.non_finite import StepGuard
 from sf_core.algo.targets import gae, vtrace
@@ -183,10 +184,15 @@ def minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn: PolicyLoss, epochs: i
     sequences["initial_states"] = x["rnn_states"][0:T:R].flatten(0, 1)[None]
     # summed on the model's device and read once: a read per step would make a GPU wait for every step
     totals, names = None, STEP_STATS
-    steps, guard = 0, step_guard(ctx, slot)
+    graphed = graphed_sgd(slot, policy_loss_fn, p.sgd_cuda_graphs, ctx.gather, ctx.finite_check_on_device)
+    steps, guard = 0, step_guard(ctx, slot) if graphed is None else graphed.begin(p)
+
+    def run(mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, tuple[str, ...]]:
+        return _sgd_step(ctx, mb, policy_loss_fn, guard)
+
     for mb in epoch_minibatches(ctx, sequences, p.batch_size // R, epochs):
         mb["initial_states"] = mb["initial_states"][0]
-        step_stats, names = _sgd_step(ctx, mb, policy_loss_fn, guard)
+        step_stats, names = run(mb) if graphed is None else graphed.step(mb, run)
         totals = step_stats if totals is None else totals + step_stats
         steps += 1
         ctx.on_minibatch()
@@ -237,7 +243,7 @@ def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn: PolicyL
     one tensor on the model's device, and their names. `guard`: the dataset's (None: this step is one)."""
     p, slot = ctx.params, ctx.models["actor_critic"]
     model = slot.module
-    with autocast(slot.device, p.mixed_precision):
+    with autocast(slot.device, p.mixed_precision, cache=not (p.mixed_precision and is_recording(slot.device))):
         dist_params, values = model.sequence(mb.pop("obs"), mb.pop("initial_states"), mb.pop("resets"))
     # losses in float32, over [sequence length × sequences] flattened
     dist_params, values = dist_params.float().flatten(0, 1), values.float().flatten(0, 1)

@@ -32,6 +32,7 @@ class LearningParams:
     batch_size: int = default("batch_size")
     shuffle_minibatches: bool = default("shuffle_minibatches")
     mixed_precision: bool = default("mixed_precision")
+    sgd_cuda_graphs: bool = default("sgd_cuda_graphs")
     teacher: str = default("teacher")
     teacher_kl_coeff: float = default("teacher_kl_coeff")
     split_actor_critic: bool = default("split_actor_critic")

@@ -308,3 +308,35 @@ def test_cuda_graphs_replay_the_eager_pass_at_every_batch_size_and_follow_new_we
     obs = torch.zeros(32, 5, device="cuda")  # fresh random draws on every replay, as eagerly
     draws = torch.stack([graphed(obs)["actions"].clone() for _ in range(4)])
     assert len({tuple(d.tolist()) for d in draws}) == 4
+
+
+def test_sgd_steps_replayed_as_cuda_graphs_train_as_eager_steps():
+    """--sgd_cuda_graphs (algo/graphed_sgd.py) with real CUDA graphs: across datasets, learning rates, a shorter
+    last minibatch, a non-finite step and fresh Adam moments, the weights, Adam's state and every step's
+    statistics are those of eager steps on the GPU."""
+    from tests.test_graphed_sgd import dataset, train
+
+    def between(ctx, k: int) -> None:
+        if k == 3:
+            ctx.models["actor_critic"].optimizer.state.clear()
+
+    datasets = [(1e-2, dataset(1)), (5e-3, dataset(2, poisoned=3)), (5e-3, dataset(3)), (2e-3, dataset(4))]
+    eager = train(datasets, False, between, device="cuda")
+    graphed = train(datasets, True, between, device="cuda")
+    assert eager[3] == graphed[3] and "value loss nan" in graphed[3][1]
+    assert len(graphed[4].recorded) == 1
+    for a, b in zip(eager[0].parameters(), graphed[0].parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(eager[2], graphed[2]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.timeout(240)
+def test_cartpole_solved_with_the_sgd_step_replayed_as_a_cuda_graph(tmp_path):
+    proc = launch.run([f"--train_dir={tmp_path}", "--experiment=exp", *CARTPOLE, "--num_workers=2", "--seed=2",
+                       "--sgd_cuda_graphs=True"], timeout=200)
+    summary = read_summary(tmp_path)
+    assert proc.returncode == 0, (summary.get("error"), proc.stderr[-3000:])
+    assert "recorded as a CUDA graph" in proc.stderr, proc.stderr[-3000:]
+    assert_solved(summary)
+

@@ -38,10 +38,8 @@ class Config:
                            "config.json, so enjoy, export and push_to_hub import them again.")
     experiment: str = flag("default_experiment", "experiment", "Experiment name; files go to {train_dir}/{experiment}/.")
     train_dir: str = flag("train_dir", "experiment", "Root folder for experiments.")
-    restart_behavior: str = flag(
-        "resume", "experiment",
-        "What to do when the experiment folder exists: resume, restart (keep old files aside) or overwrite.",
-        choices=("resume", "restart", "overwrite"))
+    restart_behavior: str = flag("resume", "experiment", "What to do when the experiment folder exists: resume, "
+                                 "restart (keep old files aside) or overwrite.", ("resume", "restart", "overwrite"))
     seed: int = flag(-1, "experiment", "Random seed; -1 picks one and records it in config.json.")
     train_for_env_steps: int = flag(10_000_000_000, "experiment", "Stop after this many env frames have been sampled.")
     train_for_seconds: float = flag(
@@ -179,6 +177,8 @@ class Config:
         "spin", "rollout", "How an inference worker waits for its GPU: spin (a busy core, the fastest wake-up) or "
         "yield (the driver sleeps, leaving the core to envs). Pong on an H100: within run-to-run noise (docs/gpu.md).",
         choices=("spin", "yield"))
+    sgd_cuda_graphs: bool = flag(False, "learning", "On a GPU, one learner replays the actor-critic's SGD step as a "
+                                 "CUDA graph: one launch instead of hundreds (docs/gpu.md).")
     overlap_graph_nodes: bool = flag(
         False, "learning", "Run the algorithm graph's independent nodes at once: threads on a CPU, a CUDA stream "
         "each on a GPU; results are those of running them one by one (docs/algorithms.md).")

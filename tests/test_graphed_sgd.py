@@ -1,0 +1,169 @@
+"""--sgd_cuda_graphs (algo/graphed_sgd.py): the learner's SGD step recorded once and replayed for each minibatch.
+
+A recording replays at fixed addresses, so what it needs is plumbing: each minibatch copied into its inputs,
+its statistics copied out, the learning rate read from a tensor, the finite check's flag reset for each
+dataset, and a new recording when the optimizer's state or a hyperparameter changes. Here the recording is one
+that reruns the recorded function on its own inputs: wrong plumbing then trains on stale minibatches or rates,
+and the weights part from eager steps'. tests/test_gpu.py replays real CUDA graphs the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from sf_core.algo.adam import FusedAdam
+from sf_core.algo.graph import Context, ModelSlot
+from sf_core.algo.graphed_sgd import GraphedSGD
+from sf_core.algo.nodes import _ppo_policy_loss, _sgd_step, step_guard
+from tests.test_sgd_step import step_context
+
+
+class Rerun:
+    """A recording that runs the recorded function again at each replay, writing its output in place."""
+
+    replays = 0
+
+    def warm(self, fn):
+        return fn()
+
+    def record(self, fn):
+        self.fn, self.output = fn, fn()
+        return self.output
+
+    def replay(self) -> None:
+        Rerun.replays += 1
+        self.output.copy_(self.fn())
+
+
+def dataset(seed: int, steps: int = 5, short_last: bool = True, poisoned: int | None = None) -> list[dict]:
+    """A dataset's minibatches: `steps` of the template's size, then a shorter one."""
+    _, _, template = step_context()
+    gen = torch.Generator().manual_seed(seed)
+    made = []
+    for k in range(steps + short_last):
+        rows = template["obs"].shape[1] if k < steps else 5
+        mb = {key: value[:, :rows].clone() if value.dim() > 1 and key != "initial_states" else value[:rows].clone()
+              for key, value in template.items()}
+        mb["obs"] = torch.randn(mb["obs"].shape, generator=gen)
+        mb["advantages"] = torch.randn(mb["advantages"].shape, generator=gen)
+        mb["log_prob"] = -torch.rand(mb["log_prob"].shape, generator=gen)
+        if k == poisoned:
+            mb["targets"][0, 1] = float("nan")
+        made.append(mb)
+    return made
+
+
+def train(datasets: list[tuple[float, list[dict]]], graphed: bool, between=lambda ctx, k: None,
+          lr_in_tensor: bool = True, device: str = "cpu", recording=None):
+    """Trains on each (learning rate, minibatches) in turn; the model, its Adam, each step's statistics and
+    each dataset's error (None, or the non-finite step's message). Eager steps read the rate from a tensor too
+    (`lr_in_tensor`), as recorded ones do: the fused kernel rounds a float32 rate otherwise than a double."""
+    ctx, model, _ = step_context()
+    model.to(device)
+    adam = FusedAdam(list(model.parameters()))
+    if lr_in_tensor:
+        adam.keep_lr_in_tensor()
+    ctx = Context({"actor_critic": ModelSlot(model, adam, device)}, ctx.params, finite_check_on_device=True)
+    # on a GPU, real CUDA graphs (tests/test_gpu.py)
+    recording = recording or (Rerun if device == "cpu" else None)
+    recorded = GraphedSGD(model, adam, device, recording=recording, warmup_steps=2) if graphed else None
+    stats, errors = [], []
+    for k, (lr, minibatches) in enumerate(datasets):
+        between(ctx, k)
+        adam.param_groups[0]["lr"] = lr
+        if not graphed:  # the recorded steps' `begin` loads it
+            adam.load_lr()
+        guard = recorded.begin(ctx.params) if graphed else step_guard(ctx, ctx.models["actor_critic"])
+
+        def run(mb):
+            return _sgd_step(ctx, mb, _ppo_policy_loss, guard)
+
+        for mb in minibatches:
+            mb = {key: value.to(device) for key, value in mb.items()}
+            step_stats, _ = recorded.step(mb, run) if graphed else run(mb)
+            stats.append(step_stats)
+        try:
+            guard.finish()
+            errors.append(None)
+        except FloatingPointError as exc:
+            errors.append(str(exc))
+    return model, adam, stats, errors, recorded
+
+
+def assert_same(eager, graphed) -> None:
+    (model, adam, stats, errors, _), (g_model, g_adam, g_stats, g_errors, _) = eager, graphed
+    assert errors == g_errors
+    for a, b in zip(model.parameters(), g_model.parameters()):
+        assert torch.equal(a, b)
+        assert all(torch.equal(adam.state[a][key], g_adam.state[b][key]) for key in adam.state[a])
+    assert len(stats) == len(g_stats)
+    for a, b in zip(stats, g_stats):  # a non-finite step's statistics hold NaN
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+def test_replayed_steps_train_as_eager_steps_across_datasets_and_learning_rates():
+    Rerun.replays = 0
+    datasets = [(1e-2, dataset(1)), (5e-3, dataset(2)), (2e-3, dataset(3))]
+    eager, graphed = train(datasets, graphed=False), train(datasets, graphed=True)
+    assert_same(eager, graphed)
+    recorded = graphed[-1]
+    assert len(recorded.recorded) == 1  # the full minibatches' shape; the short one stays eager
+    assert Rerun.replays == 3 * 5 - 2 - 1  # all full steps but the two warm-up steps and the recording's own
+    assert not torch.equal(graphed[2][0], graphed[2][5])  # each replay's statistics are its own minibatch's
+    as_floats = train(datasets, graphed=False, lr_in_tensor=False)[0]  # the rate as the group's float
+    for a, b in zip(as_floats.parameters(), graphed[0].parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_a_non_finite_replayed_step_stops_its_dataset_and_the_next_dataset_trains_again():
+    datasets = [(1e-2, dataset(1)), (1e-2, dataset(2, poisoned=3)), (1e-2, dataset(3))]
+    eager, graphed = train(datasets, graphed=False), train(datasets, graphed=True)
+    assert_same(eager, graphed)
+    assert graphed[3][0] is None and graphed[3][2] is None
+    assert "value loss nan" in graphed[3][1]
+
+
+@pytest.mark.parametrize("change", ["fresh_moments", "clip_ratio"])
+def test_new_optimizer_state_or_hyperparameters_are_recorded_again(change):
+    def between(ctx: Context, k: int) -> None:
+        if k != 2:
+            return
+        if change == "fresh_moments":  # what PBT's exploit does
+            ctx.models["actor_critic"].optimizer.state.clear()
+        else:
+            ctx.params = dataclasses.replace(ctx.params, ppo_clip_ratio=0.05)
+
+    datasets = [(1e-2, dataset(seed)) for seed in (1, 2, 3, 4)]
+    Rerun.replays = 0
+    eager, graphed = train(datasets, False, between), train(datasets, True, between)
+    assert_same(eager, graphed)
+    assert Rerun.replays == 2 * (2 * 5 - 2 - 1)  # recorded twice: two datasets before the change, two after
+
+
+class Unrecordable(Rerun):
+    def record(self, fn):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+
+def test_a_step_that_cannot_be_recorded_runs_eagerly_from_then_on(caplog):
+    datasets = [(1e-2, dataset(1)), (5e-3, dataset(2))]
+    eager = train(datasets, graphed=False)
+    graphed = train(datasets, graphed=True, recording=Unrecordable)
+    assert_same(eager, graphed)
+    assert graphed[-1].failed is not None and not graphed[-1].recorded
+    assert "could not be recorded as a CUDA graph (RuntimeError: operation not permitted" in caplog.text
+
+
+@pytest.mark.parametrize("flags, named", [(["--split_actor_critic=True"], "--split_actor_critic=True"),
+                                          (["--num_learners=2"], "--num_learners=2")])
+def test_what_a_recording_cannot_hold_is_refused_with_the_flag_named(flags, named):
+    from sf_core.cli.arguments import parse_args
+    from sf_core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=f"--sgd_cuda_graphs=True records .*{named}"):
+        parse_args(["--env=CartPole-v1", "--sgd_cuda_graphs=True", *flags])
+    parse_args(["--env=CartPole-v1", "--sgd_cuda_graphs=True"])  # alone it is taken
+
