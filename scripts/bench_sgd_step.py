@@ -10,6 +10,7 @@ on the device and read once per dataset (algo/non_finite.py; what a learner on a
     python scripts/bench_sgd_step.py --env=CartPole-v1 --flags="--encoder_mlp_layers 512 512"
     python scripts/bench_sgd_step.py --env=atari_pong --device=cuda    # the learner's ceiling on a GPU
     python scripts/bench_sgd_step.py --env=Humanoid-v5 --iteration     # and a whole dataset's training
+    python scripts/bench_sgd_step.py --env=atari_pong --device=cuda --sgd_cuda_graphs --iteration
 
 With --iteration it also times the learner's whole training iteration on one dataset of the preset's size
 (`Trainer.train`, as the learner runs it: the preset's graph, so the values, GAE, every epoch of every model's
@@ -39,6 +40,7 @@ import torch  # noqa: E402
 from sf_core.algo.graph import Context, ModelSlot  # noqa: E402
 from sf_core.algo.model import ActorCritic, ModelSpec, autocast, store_weights_in_bfloat16  # noqa: E402
 from sf_core.algo.adam import make_adam  # noqa: E402
+from sf_core.algo.graphed_sgd import GraphedSGD  # noqa: E402
 from sf_core.algo.nodes import _ppo_policy_loss, _sgd_step, step_guard  # noqa: E402
 from sf_core.algo.params import LearningParams  # noqa: E402
 from sf_core.envs.registry import EnvContext, registry_snapshot  # noqa: E402
@@ -78,17 +80,22 @@ def parse() -> argparse.Namespace:
     p.add_argument("--steps_per_dataset", type=int, default=16, help="SGD steps between reads of the check")
     p.add_argument("--device", default="cpu", help="where the model and the samples live: cpu, cuda, cuda:N")
     add_bool_argument(p, "iteration", False, "also time a whole training iteration on one dataset")
+    add_bool_argument(p, "sgd_cuda_graphs", False, "also time the step replayed as a CUDA graph (and the "
+                      "iteration with --sgd_cuda_graphs=True)")
     args = p.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error(f"--device={args.device}: CUDA is not available here")
+    if args.sgd_cuda_graphs and not args.device.startswith("cuda"):
+        p.error("--sgd_cuda_graphs: CUDA graphs need --device=cuda")
     return args
 
 
 def time_sgd_steps(model: ActorCritic, params: LearningParams, lr: float, minibatch: dict[str, torch.Tensor],
-                   args: argparse.Namespace) -> tuple[float, float | None]:
+                   args: argparse.Namespace) -> tuple[float, float | None, float | None]:
     """ms per SGD step (the learner's own: losses, backward, clipping, Adam) in datasets of
-    --steps_per_dataset steps: with the finite check read on the host at each step, and kept on the device
-    (None with --unfused_adam, which cannot skip a step on the device)."""
+    --steps_per_dataset steps: with the finite check read on the host at each step, kept on the device
+    (None with --unfused_adam, which cannot skip a step on the device), and replayed as a CUDA graph (None
+    without --sgd_cuda_graphs)."""
     if args.unfused_adam:
         optimizer = torch.optim.Adam(model.parameters(), lr=lr, fused=False)
     else:  # the learner's own
@@ -107,7 +114,25 @@ def time_sgd_steps(model: ActorCritic, params: LearningParams, lr: float, miniba
 
         return best_ms(dataset, args.device, calls=1) / args.steps_per_dataset
 
-    return dataset_ms(on_device=False), None if args.unfused_adam else dataset_ms(on_device=True)
+    def graphed_ms() -> float:
+        ctx = Context({"actor_critic": ModelSlot(model, optimizer, args.device)}, params, finite_check_on_device=True)
+        graphed = GraphedSGD(model, optimizer, args.device)
+
+        def dataset() -> None:
+            guard = graphed.begin(params)
+
+            def run(mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, tuple[str, ...]]:
+                return _sgd_step(ctx, mb, _ppo_policy_loss, guard)
+
+            for _ in range(args.steps_per_dataset):
+                graphed.step(dict(minibatch), run)
+            guard.finish()
+
+        return best_ms(dataset, args.device, calls=1) / args.steps_per_dataset
+
+    host_ms = dataset_ms(on_device=False)
+    device_ms = None if args.unfused_adam else dataset_ms(on_device=True)
+    return host_ms, device_ms, graphed_ms() if args.sgd_cuda_graphs and not args.unfused_adam else None
 
 
 def time_iteration(cfg: Config, obs_space: gym.Space, action_space: gym.Space, device: str
@@ -130,6 +155,18 @@ def time_iteration(cfg: Config, obs_space: gym.Space, action_space: gym.Space, d
     data["rewards"].copy_(torch.rand(data["rewards"].shape))
     data["dones"].copy_(torch.rand(data["dones"].shape) < 0.01)
     return best_ms(lambda: trainer.train(data, cfg.learning_rate, 0), device, calls=1), rollout * trajectories
+
+
+def report_iterations(cfg: Config, obs_space: gym.Space, action_space: gym.Space, device: str, graphs: bool) -> None:
+    """Prints a training iteration's time, and with `graphs` its time with --sgd_cuda_graphs=True too."""
+    where = "on one core" if device == "cpu" else f"on {device}"
+    iteration_ms, samples = time_iteration(cfg, obs_space, action_space, device)
+    print(f"training iteration: {iteration_ms:.1f} ms per dataset of {samples:,} samples "
+          f"({iteration_ms / samples * 1e3:.0f} µs/sample {where})")
+    if graphs:
+        graphed_ms, _ = time_iteration(replace(cfg, sgd_cuda_graphs=True), obs_space, action_space, device)
+        print(f"training iteration, --sgd_cuda_graphs=True: {graphed_ms:.1f} ms ({iteration_ms / graphed_ms:.2f}x "
+              f"the rate)")
 
 
 def main() -> int:
@@ -156,7 +193,8 @@ def main() -> int:
                  "mask": torch.ones(1, B), "resets": torch.zeros(1, B, dtype=torch.bool),
                  "initial_states": torch.zeros(B, model.rnn_state_size)}
     minibatch = {key: value.to(device) for key, value in minibatch.items()}
-    step_ms, on_device_ms = time_sgd_steps(model, LearningParams.from_config(cfg), cfg.learning_rate, minibatch, args)
+    step_ms, on_device_ms, graphed_ms = time_sgd_steps(model, LearningParams.from_config(cfg), cfg.learning_rate,
+                                                       minibatch, args)
     policy = ActorCritic(obs_space, action_space, spec).to(device).eval()
     if args.mixed_precision:
         store_weights_in_bfloat16(policy)
@@ -178,12 +216,13 @@ def main() -> int:
     if on_device_ms is not None:
         print(f"SGD step, the finite check on the device: {on_device_ms:.2f} ms "
               f"({step_ms / on_device_ms:.2f}x the rate with the check read on the host at every step)")
+    if graphed_ms is not None:
+        print(f"SGD step replayed as a CUDA graph: {graphed_ms:.2f} ms ({on_device_ms / graphed_ms:.2f}x the rate "
+              f"of the eager step with the check on the device)")
     print(f"inference forward, batch {len(batch)}: {forward_ms:.2f} ms "
           f"({forward_ms / len(batch) * 1e3:.0f} µs/sample)")
     if args.iteration:
-        iteration_ms, samples = time_iteration(cfg, obs_space, action_space, device)
-        print(f"training iteration: {iteration_ms:.1f} ms per dataset of {samples:,} samples "
-              f"({iteration_ms / samples * 1e3:.0f} µs/sample {where})")
+        report_iterations(cfg, obs_space, action_space, device, args.sgd_cuda_graphs)
     return 0
 
 

@@ -84,8 +84,10 @@ bench_cartpole() {
         --output="$OUTDIR/cartpole_512.json" 2>&1 | tee "$OUTDIR/cartpole_512.log"
 }
 
-bench_learner_both() {  # the learner's ceiling: SGD steps of Pong's model on synthetic data, float32 and bf16
-    python3 scripts/bench_sgd_step.py --env=atari_pong --device=cuda
+# the learner's ceiling: SGD steps of Pong's model on synthetic data, float32 (eager and replayed as a CUDA
+# graph, a step and a dataset's iteration) and bf16
+bench_learner_both() {
+    python3 scripts/bench_sgd_step.py --env=atari_pong --device=cuda --sgd_cuda_graphs --iteration
     python3 scripts/bench_sgd_step.py --env=atari_pong --device=cuda --mixed_precision
 }
 
@@ -125,7 +127,7 @@ all() {
     local bench=(python3 scripts/benchmark.py --extra="--device=cuda" --sf_python=./.sf_python)
     # the training phases again with each inference option off or changed, in the same run: --variant
     # PONG_VARIANTS=ale keeps only the ale one, PONG_PHASES=raw,training,sf drops sampling: a shorter pong stage
-    local variants=(--variant="--cuda_graphs=False" --variant="--cuda_sync=yield")
+    local variants=(--variant="--cuda_graphs=False" --variant="--cuda_sync=yield" --variant="--sgd_cuda_graphs=True")
     [[ "${PONG_VARIANTS:-}" == ale ]] && variants=()
     wanted gpu_tests && stage gpu_tests python3 -m pytest -m gpu tests -q -rs -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"}
     # and Pong's splits as ale-py's AtariVectorEnv (issue 38), against the per-env path in the same run
