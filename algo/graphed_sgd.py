@@ -184,10 +184,10 @@ def graphed_sgd(slot: Any, loss: Hashable, enabled: bool, gather: Any, check_on_
 
 @register_check
 def check_graphed_sgd(cfg: Config) -> None:
-    if cfg.sgd_cuda_graphs and cfg.split_actor_critic:
-        raise ConfigError("--sgd_cuda_graphs=True records the actor-critic's own SGD step; --split_actor_critic=True "
-                          "trains an actor and a critic in steps of their own, which would run eagerly (an env's "
-                          "preset may set it): turn one of the two off")
+    if cfg.sgd_cuda_graphs and cfg.overlap_graph_nodes:
+        raise ConfigError("--sgd_cuda_graphs=True with --overlap_graph_nodes=True: a step recorded on one thread "
+                          "forbids the host waits of the train_steps running at once on others: turn one of the "
+                          "two off")
     if cfg.sgd_cuda_graphs and cfg.num_learners > 1:
         raise ConfigError(f"--sgd_cuda_graphs=True records one learner's SGD step; with --num_learners="
                           f"{cfg.num_learners} every step averages its gradients across the ranks, which a "

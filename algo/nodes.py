@@ -13,7 +13,7 @@ Batch tensors are time-major: [T, N] per step, [T+1, N] for observations (last r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -182,24 +182,38 @@ def minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn: PolicyLoss, epochs: i
     }.items()}
     # [1, sequences, S]: gathered along the sequences' dim with the rest
     sequences["initial_states"] = x["rnn_states"][0:T:R].flatten(0, 1)[None]
-    # summed on the model's device and read once: a read per step would make a GPU wait for every step
-    totals, names = None, STEP_STATS
-    graphed = graphed_sgd(slot, policy_loss_fn, p.sgd_cuda_graphs, ctx.gather, ctx.finite_check_on_device)
-    steps, guard = 0, step_guard(ctx, slot) if graphed is None else graphed.begin(p)
-
-    def run(mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, tuple[str, ...]]:
-        return _sgd_step(ctx, mb, policy_loss_fn, guard)
-
-    for mb in epoch_minibatches(ctx, sequences, p.batch_size // R, epochs):
-        mb["initial_states"] = mb["initial_states"][0]
-        step_stats, names = run(mb) if graphed is None else graphed.step(mb, run)
-        totals = step_stats if totals is None else totals + step_stats
-        steps += 1
-        ctx.on_minibatch()
-    guard.finish()
+    minibatches = ({**mb, "initial_states": mb["initial_states"][0]}
+                   for mb in epoch_minibatches(ctx, sequences, p.batch_size // R, epochs))
+    totals, names, steps = sgd_steps(ctx, slot, policy_loss_fn, minibatches,
+                                     lambda mb, guard: _sgd_step(ctx, mb, policy_loss_fn, guard))
     stats = dict(zip(names, (totals / max(1, steps)).tolist())) if totals is not None else {}
     stats.update(value_mean=x["values"][:-1].mean().item(), target_mean=x["value_targets"].mean().item())
     return stats
+
+
+StepStats = tuple[torch.Tensor, tuple[str, ...]]  # one step's statistics on the model's device, and their names
+
+
+def sgd_steps(ctx: Context, slot: ModelSlot, key: Any, minibatches: Iterable[dict[str, torch.Tensor]],
+              step: Callable[[dict[str, torch.Tensor], StepGuard], StepStats]
+              ) -> tuple[torch.Tensor | None, tuple[str, ...], int]:
+    """`step(mb, guard)` on each minibatch, one dataset's SGD steps of `slot`'s model, replayed from a CUDA graph
+    where --sgd_cuda_graphs records them (algo/graphed_sgd.py; `key` names the update); returns the statistics
+    summed on the model's device (read once: a read per step would make a GPU wait for every step), their
+    names and the number of steps. Raises after the last step if one was not finite."""
+    graphed = graphed_sgd(slot, key, ctx.params.sgd_cuda_graphs, ctx.gather, ctx.finite_check_on_device)
+    guard = step_guard(ctx, slot) if graphed is None else graphed.begin(ctx.params)
+
+    def run(mb: dict[str, torch.Tensor]) -> StepStats:
+        return step(mb, guard)
+
+    totals, names, steps = None, (), 0
+    for mb in minibatches:
+        stats, names = run(mb) if graphed is None else graphed.step(mb, run)
+        totals, steps = stats if totals is None else totals + stats, steps + 1
+        ctx.on_minibatch()
+    guard.finish()
+    return totals, names, steps
 
 
 def epoch_minibatches(ctx: Context, tensors: dict[str, torch.Tensor], size: int, epochs: int,
@@ -243,7 +257,7 @@ def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn: PolicyL
     one tensor on the model's device, and their names. `guard`: the dataset's (None: this step is one)."""
     p, slot = ctx.params, ctx.models["actor_critic"]
     model = slot.module
-    with autocast(slot.device, p.mixed_precision, cache=not (p.mixed_precision and is_recording(slot.device))):
+    with step_autocast(slot, p.mixed_precision):
         dist_params, values = model.sequence(mb.pop("obs"), mb.pop("initial_states"), mb.pop("resets"))
     # losses in float32, over [sequence length × sequences] flattened
     dist_params, values = dist_params.float().flatten(0, 1), values.float().flatten(0, 1)
@@ -269,6 +283,12 @@ def _sgd_step(ctx: Context, mb: dict[str, torch.Tensor], policy_loss_fn: PolicyL
     with torch.no_grad():
         values = [loss, policy_loss, value_loss, entropy, kl, clip_fraction, grad_norm, *extra.values()]
         return torch.stack(values).float(), STEP_STATS + tuple(extra)
+
+
+def step_autocast(slot: ModelSlot, mixed_precision: bool):
+    """--mixed_precision's autocast for a model call of an SGD step: without its cache while the step is recorded
+    as a CUDA graph, which must not keep autocast's cast weights beyond the recording."""
+    return autocast(slot.device, mixed_precision, cache=not (mixed_precision and is_recording(slot.device)))
 
 
 def normalized_advantages(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

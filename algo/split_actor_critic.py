@@ -44,7 +44,8 @@ from sf_core.algo import ppo
 from sf_core.algo.adam import make_adam
 from sf_core.algo.algorithms import Algorithm
 from sf_core.algo.graph import Context, ModelSlot, Node
-from sf_core.algo.model import ActorCritic, autocast
+from sf_core.algo.model import ActorCritic
+from sf_core.algo.non_finite import StepGuard
 from sf_core.config import Config, ConfigError, register_check
 
 Inputs = dict[str, Any]
@@ -130,26 +131,26 @@ class ActorUpdate:
         p, slot = ctx.params, ctx.models["actor"]
         epochs = 1 if self.update.one_epoch else p.num_epochs
         keys = ("actions", "log_prob", "advantages", "mask") + self.update.extra_keys
-        totals, names, steps, guard = None, (), 0, n.step_guard(ctx, slot)
-        for mb in minibatches(ctx, {"obs": x["obs"][:-1], **{key: x[key] for key in keys}}, epochs):
-            with autocast(slot.device, p.mixed_precision):
-                dist_params = slot.module(mb["obs"])
-            dist = slot.module.distribution(dist_params.float())
-            log_prob = dist.log_prob(mb["actions"])
-            entropy = ppo.weighted_mean(dist.entropy(), mb["weights"])
-            if p.normalize_advantage:
-                mb["advantages"] = n.normalized_advantages(mb["advantages"], mb["weights"])
-            policy_loss, extra = self.update.policy_loss(ctx, dist, log_prob, mb)
-            loss = policy_loss - p.exploration_loss_coeff * entropy
-            grad_norm = n.optimizer_step(ctx, slot, loss, {"policy loss": policy_loss, "entropy": entropy}, guard)
-            kl, clip_fraction = n.policy_change(log_prob, mb["log_prob"], mb["weights"], p.ppo_clip_ratio)
-            with torch.no_grad():
-                values = torch.stack([policy_loss, entropy, kl, clip_fraction, grad_norm, *extra.values()])
-            names = ("policy_loss", "entropy", "kl", "clip_fraction", "actor_grad_norm") + tuple(extra)
-            totals, steps = values if totals is None else totals + values, steps + 1
-            ctx.on_minibatch()
-        guard.finish()
+        samples = minibatches(ctx, {"obs": x["obs"][:-1], **{key: x[key] for key in keys}}, epochs)
+        totals, names, steps = n.sgd_steps(ctx, slot, self, samples, lambda mb, guard: self.step(ctx, mb, guard))
         return {"actor_stats": mean_stats(totals, steps, names)}
+
+    def step(self, ctx: Context, mb: dict[str, torch.Tensor], guard: StepGuard) -> n.StepStats:
+        p, slot = ctx.params, ctx.models["actor"]
+        with n.step_autocast(slot, p.mixed_precision):
+            dist_params = slot.module(mb["obs"])
+        dist = slot.module.distribution(dist_params.float())
+        log_prob = dist.log_prob(mb["actions"])
+        entropy = ppo.weighted_mean(dist.entropy(), mb["weights"])
+        if p.normalize_advantage:
+            mb["advantages"] = n.normalized_advantages(mb["advantages"], mb["weights"])
+        policy_loss, extra = self.update.policy_loss(ctx, dist, log_prob, mb)
+        loss = policy_loss - p.exploration_loss_coeff * entropy
+        grad_norm = n.optimizer_step(ctx, slot, loss, {"policy loss": policy_loss, "entropy": entropy}, guard)
+        kl, clip_fraction = n.policy_change(log_prob, mb["log_prob"], mb["weights"], p.ppo_clip_ratio)
+        with torch.no_grad():
+            values = torch.stack([policy_loss, entropy, kl, clip_fraction, grad_norm, *extra.values()])
+        return values, ("policy_loss", "entropy", "kl", "clip_fraction", "actor_grad_norm") + tuple(extra)
 
 
 @dataclass(frozen=True)
@@ -174,18 +175,17 @@ def fit_critic(ctx: Context, x: Inputs, epochs: int) -> dict[str, float]:
         critic.returns_norm.update(x["value_targets"][mask.bool()], ctx.gather)
     samples = {"obs": x["obs"][:-1], "targets": critic.normalize_value(x["value_targets"]),
                "old_values": critic.normalize_value(x["values"][:-1]), "mask": mask}
-    totals, steps, guard = None, 0, n.step_guard(ctx, slot)
-    for mb in minibatches(ctx, samples, epochs):
-        with autocast(slot.device, p.mixed_precision):
+
+    def step(mb: dict[str, torch.Tensor], guard: StepGuard) -> n.StepStats:
+        with n.step_autocast(slot, p.mixed_precision):
             values = critic(mb["obs"]).float()
         error = ppo.value_error(values, mb["old_values"], mb["targets"], p.ppo_clip_value)
         value_loss = ppo.weighted_mean(error, mb["weights"])
         grad_norm = n.optimizer_step(ctx, slot, p.value_loss_coeff * value_loss, {"value loss": value_loss}, guard)
         with torch.no_grad():
-            step = torch.stack([value_loss, grad_norm])
-        totals, steps = step if totals is None else totals + step, steps + 1
-        ctx.on_minibatch()
-    guard.finish()
+            return torch.stack([value_loss, grad_norm]), ("value_loss", "critic_grad_norm")
+
+    totals, _, steps = n.sgd_steps(ctx, slot, "critic", minibatches(ctx, samples, epochs), step)
     stats = mean_stats(totals, steps, ("value_loss", "critic_grad_norm"))
     stats.update(value_mean=x["values"][:-1].mean().item(), target_mean=x["value_targets"].mean().item())
     return stats

@@ -331,6 +331,19 @@ def test_sgd_steps_replayed_as_cuda_graphs_train_as_eager_steps():
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, equal_nan=True)
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["actor_critic", "split_actor_critic"])
+def test_a_trainers_updates_replayed_as_cuda_graphs_train_as_eager_ones(split):
+    from tests.test_split_actor_critic import small_config, trained
+
+    eager = trained(small_config(split_actor_critic=split), datasets=4, device="cuda")
+    graphed = trained(small_config(split_actor_critic=split, sgd_cuda_graphs=True), datasets=4, device="cuda")
+    recorders = [g for slot in graphed.models.values() for g in slot.sgd_graphs.values()]
+    assert len(recorders) == (2 if split else 1) and all(g.recorded and not g.failed for g in recorders)
+    for name, slot in eager.models.items():
+        for a, b in zip(slot.module.state_dict().values(), graphed.models[name].module.state_dict().values()):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
 @pytest.mark.timeout(240)
 def test_cartpole_solved_with_the_sgd_step_replayed_as_a_cuda_graph(tmp_path):
     proc = launch.run([f"--train_dir={tmp_path}", "--experiment=exp", *CARTPOLE, "--num_workers=2", "--seed=2",

@@ -157,13 +157,48 @@ def test_a_step_that_cannot_be_recorded_runs_eagerly_from_then_on(caplog):
     assert "could not be recorded as a CUDA graph (RuntimeError: operation not permitted" in caplog.text
 
 
-@pytest.mark.parametrize("flags, named", [(["--split_actor_critic=True"], "--split_actor_critic=True"),
+@pytest.mark.parametrize("flags, named", [(["--overlap_graph_nodes=True"], "--overlap_graph_nodes=True"),
                                           (["--num_learners=2"], "--num_learners=2")])
 def test_what_a_recording_cannot_hold_is_refused_with_the_flag_named(flags, named):
     from sf_core.cli.arguments import parse_args
     from sf_core.config import ConfigError
 
-    with pytest.raises(ConfigError, match=f"--sgd_cuda_graphs=True records .*{named}"):
+    with pytest.raises(ConfigError, match=f"--sgd_cuda_graphs=True .*{named}"):
         parse_args(["--env=CartPole-v1", "--sgd_cuda_graphs=True", *flags])
     parse_args(["--env=CartPole-v1", "--sgd_cuda_graphs=True"])  # alone it is taken
 
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["actor_critic", "split_actor_critic"])
+def test_a_trainers_updates_replayed_train_as_eager_ones(monkeypatch, split):
+    """Through the learner's Trainer: the actor-critic's update, or the actor's and the critic's of
+    --split_actor_critic, each recorded and replayed, end where eager updates end."""
+    from sf_core.algo import nodes
+    from tests.test_split_actor_critic import small_config, trained
+
+    cfg = small_config(split_actor_critic=split, sgd_cuda_graphs=True)
+    eager = trained(cfg, datasets=4)  # on the CPU the flag records nothing
+    made: dict = {}
+
+    def recorded_on_the_cpu(slot, key, enabled, gather, check_on_device):
+        assert enabled and gather is None
+        if key not in slot.sgd_graphs:
+            made[key] = GraphedSGD(slot.module, slot.optimizer, slot.device, recording=Rerun, warmup_steps=2)
+            slot.sgd_graphs[key] = made[key]
+        return slot.sgd_graphs[key]
+
+    monkeypatch.setattr(nodes, "graphed_sgd", recorded_on_the_cpu)
+    Rerun.replays = 0
+    graphed = trained(cfg, datasets=4)
+    assert len(made) == (2 if split else 1) and all(g.recorded for g in made.values())
+    steps = 4 * 2  # minibatches a dataset, epochs
+    assert Rerun.replays == len(made) * (4 * steps - 2 - 1)
+
+    def everything(trainer) -> list[torch.Tensor]:
+        found = list(trainer.models["actor_critic"].module.state_dict().values())
+        for slot in trainer.models.values():
+            found += [t for state in slot.optimizer.state.values() for t in state.values()]
+        return found
+
+    for a, b in zip(everything(eager), everything(graphed), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)  # the rate as a float32 tensor: rounding apart
