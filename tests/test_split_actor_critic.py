@@ -192,13 +192,14 @@ def test_split_actor_and_critic_at_once_solve_cartpole_and_the_checkpoint_plays_
     import sf_core.enjoy
     from sf_core.records import checkpoint
 
-    # trained to a training mean of 450 and played at ≥ 400: stopped at the first mean of 400, the policy
-    # played 3 episodes with its most likely actions at 241 once in a full suite (500 in 8 runs alone)
+    # The rate decays to 0 over the run, as the CartPole preset's does, so the policy played is a settled one.
+    # Stopped at the first training mean of 400, then of 450, the policy played 3 episodes with its most likely
+    # actions at 241 and 334 in two full suites: one caught mid-swing (500 alone, with the same env seeds)
     code, summary = train(tmp_path, "--env=CartPole-v1", "--algo=PPO", "--split_actor_critic=True",
-                          "--overlap_graph_nodes=True", "--num_workers=2", "--seed=1", "--target_mean_return=450",
-                          "--train_for_seconds=120", "--train_for_env_steps=10000000")
+                          "--overlap_graph_nodes=True", "--num_workers=2", "--seed=1", "--lr_schedule=linear_decay",
+                          "--train_for_env_steps=600000", "--train_for_seconds=120")
     assert code == 0, summary.get("error")
-    assert summary["time_to_target"] is not None, summary
+    assert summary["frames"] >= 600000 and summary["mean_return"] >= 450, summary  # solved at its end
     stats = summary["final_learner_stats"]
     assert stats["actor_grad_norm"] > 0 and stats["critic_grad_norm"] > 0
     saved = checkpoint.load(summary["last_checkpoint"])
