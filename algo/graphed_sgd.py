@@ -76,8 +76,12 @@ class CudaRecording:
 
 
 class _Recorded:
-    def __init__(self, inputs: Minibatch, output: torch.Tensor, names: tuple[str, ...], recording: Recording):
-        self.inputs, self.output, self.names, self.recording = inputs, output, names, recording
+    """A recorded step: the minibatch shapes (`key`) and the hyperparameters and optimizer state it holds."""
+
+    def __init__(self, key: Hashable, inputs: Minibatch, output: torch.Tensor, names: tuple[str, ...],
+                 recording: Recording, values: Hashable, state: list[torch.Tensor]):
+        self.key, self.inputs, self.output, self.names, self.recording = key, inputs, output, names, recording
+        self.values, self.state = values, state
 
 
 class GraphedSGD:
@@ -91,21 +95,19 @@ class GraphedSGD:
         self.warmer = self.new_recording()
         self.guard = StepGuard(optimizer, device, on_device=True)
         optimizer.keep_lr_in_tensor()
-        self.recorded: dict[Hashable, _Recorded] = {}
+        self.recorded: _Recorded | None = None  # one shape is recorded, the first to be warm
         self.eager_steps: dict[Hashable, int] = {}
-        self.recorded_with: tuple[Hashable, list[torch.Tensor]] | None = None  # hyperparameters, optimizer state
         self._values: Hashable = None  # the current dataset's hyperparameters (`begin`)
         self.failed: str | None = None  # why the step could not be recorded: every step runs eagerly
 
     def begin(self, hyperparameters: Hashable) -> StepGuard:
-        """A dataset's steps start: the learning rate into its tensor, the guard reset, and every recording
-        dropped if `hyperparameters` (every value the step reads but the rate) or the optimizer's state changed."""
+        """A dataset's steps start: the learning rate into its tensor, the guard reset, and the recording dropped
+        if `hyperparameters` (every value the step reads but the rate) or the optimizer's state changed."""
         group = self.optimizer.param_groups[0]
         values = (hyperparameters, group["betas"], group["eps"], group["weight_decay"])
-        if self.recorded_with is not None and not self._recorded_with(values):
-            self.recorded.clear()
+        if self.recorded is not None and not self._still_holds(self.recorded, values):
+            self.recorded = None
             self.eager_steps.clear()
-            self.recorded_with = None
         self.optimizer.load_lr()
         self.guard.reset()
         self._values = values
@@ -114,8 +116,8 @@ class GraphedSGD:
     def step(self, mb: Minibatch, run: StepFn) -> tuple[torch.Tensor, tuple[str, ...]]:
         """`run(mb)`'s statistics and their names, by replaying its recording for mb's shapes once there is one."""
         key = tuple((name, tuple(t.shape), t.dtype) for name, t in mb.items())
-        recorded = self.recorded.get(key)
-        if recorded is not None:
+        recorded = self.recorded
+        if recorded is not None and recorded.key == key:
             for name, t in mb.items():
                 recorded.inputs[name].copy_(t, non_blocking=True)
             recorded.recording.replay()
@@ -124,7 +126,7 @@ class GraphedSGD:
         self.eager_steps[key] = count + 1
         if count < self.warmup_steps:
             return self.warmer.warm(lambda: run(mb))
-        if self.recorded or self.failed:  # one shape is recorded, the first to be warm: the full minibatches
+        if recorded is not None or self.failed:  # another shape holds the recording (an epoch's full minibatches)
             return run(mb)
         return self._record(key, mb, run)
 
@@ -147,8 +149,7 @@ class GraphedSGD:
             return run(mb)
         finally:
             forget_cached_statistics(self.model)  # eager calls must not read the recording's memory
-        self.recorded[key] = _Recorded(inputs, output, names[0], recording)
-        self.recorded_with = (self._values, self._optimizer_state())
+        self.recorded = _Recorded(key, inputs, output, names[0], recording, self._values, self._optimizer_state())
         shapes = ", ".join(f"{name} {list(t.shape)}" for name, t in inputs.items() if name in ("obs", "actions"))
         log.info("the SGD step is recorded as a CUDA graph (%s) and replayed from now on", shapes)
         return output.clone(), names[0]
@@ -156,11 +157,10 @@ class GraphedSGD:
     def _optimizer_state(self) -> list[torch.Tensor]:
         return [t for state in self.optimizer.state.values() for t in state.values()]
 
-    def _recorded_with(self, values: tuple) -> bool:
-        assert self.recorded_with is not None
-        recorded_values, state = self.recorded_with
+    def _still_holds(self, recorded: _Recorded, values: Hashable) -> bool:
         now = self._optimizer_state()
-        return values == recorded_values and len(now) == len(state) and all(a is b for a, b in zip(now, state))
+        return (values == recorded.values and len(now) == len(recorded.state)
+                and all(a is b for a, b in zip(now, recorded.state)))
 
 
 def is_recording(device: torch.device | str) -> bool:

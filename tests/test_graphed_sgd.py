@@ -110,7 +110,8 @@ def test_replayed_steps_train_as_eager_steps_across_datasets_and_learning_rates(
     eager, graphed = train(datasets, graphed=False), train(datasets, graphed=True)
     assert_same(eager, graphed)
     recorded = graphed[-1]
-    assert len(recorded.recorded) == 1  # the full minibatches' shape; the short one stays eager
+    shapes = {name: shape for name, shape, _ in recorded.recorded.key}
+    assert shapes["obs"] == (1, 64, 4)  # the full minibatches' shape; the short one of 5 stays eager
     assert Rerun.replays == 3 * 5 - 2 - 1  # all full steps but the two warm-up steps and the recording's own
     assert not torch.equal(graphed[2][0], graphed[2][5])  # each replay's statistics are its own minibatch's
     as_floats = train(datasets, graphed=False, lr_in_tensor=False)[0]  # the rate as the group's float
@@ -153,7 +154,7 @@ def test_a_step_that_cannot_be_recorded_runs_eagerly_from_then_on(caplog):
     eager = train(datasets, graphed=False)
     graphed = train(datasets, graphed=True, recording=Unrecordable)
     assert_same(eager, graphed)
-    assert graphed[-1].failed is not None and not graphed[-1].recorded
+    assert graphed[-1].failed is not None and graphed[-1].recorded is None
     assert "could not be recorded as a CUDA graph (RuntimeError: operation not permitted" in caplog.text
 
 
@@ -190,7 +191,7 @@ def test_a_trainers_updates_replayed_train_as_eager_ones(monkeypatch, split):
     monkeypatch.setattr(nodes, "graphed_sgd", recorded_on_the_cpu)
     Rerun.replays = 0
     graphed = trained(cfg, datasets=4)
-    assert len(made) == (2 if split else 1) and all(g.recorded for g in made.values())
+    assert len(made) == (2 if split else 1) and all(g.recorded is not None for g in made.values())
     steps = 4 * 2  # minibatches a dataset, epochs
     assert Rerun.replays == len(made) * (4 * steps - 2 - 1)
 
