@@ -1,10 +1,12 @@
 """--sgd_cuda_graphs (algo/graphed_sgd.py): the learner's SGD step recorded once and replayed for each minibatch.
 
-A recording replays at fixed addresses, so what it needs is plumbing: each minibatch copied into its inputs,
-its statistics copied out, the learning rate read from a tensor, the finite check's flag reset for each
-dataset, and a new recording when the optimizer's state or a hyperparameter changes. Here the recording is one
-that reruns the recorded function on its own inputs: wrong plumbing then trains on stale minibatches or rates,
-and the weights part from eager steps'. tests/test_gpu.py replays real CUDA graphs the same way.
+A CUDA graph replays the kernels it recorded on the memory they used: Python does not run again, every float
+argument is a constant, and a host read of a tensor cannot be recorded at all. `Replay` makes such a recording
+on the CPU: the step's aten operations, recorded with the tensors they read and wrote, are replayed on those
+tensors, each new result written where the recorded one was. A step that relied on Python between replays (a
+learning rate passed as a float, a flag reassigned rather than written in place, a minibatch not copied in)
+would then train otherwise than eager steps, and these tests would fail. tests/test_gpu.py replays real CUDA
+graphs the same way.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import dataclasses
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from sf_core.algo.adam import FusedAdam
 from sf_core.algo.graph import Context, ModelSlot
@@ -21,8 +25,25 @@ from sf_core.algo.nodes import _ppo_policy_loss, _sgd_step, step_guard
 from tests.test_sgd_step import step_context
 
 
-class Rerun:
-    """A recording that runs the recorded function again at each replay, writing its output in place."""
+class _Operations(TorchDispatchMode):
+    """Every aten operation run under it, with its arguments and its result; a host read is refused."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._local_scalar_dense.default:
+            raise RuntimeError("a tensor read on the host while recording (.item(), bool(), float())")
+        result = func(*args, **kwargs)
+        self.ops.append((func, args, kwargs, result))
+        return result
+
+
+class Replay:
+    """A recording as a CUDA graph is one: `record` runs the step once and keeps its aten operations; `replay` runs
+    those operations again on the tensors they used, writing each result into the tensor recorded for it."""
 
     replays = 0
 
@@ -30,12 +51,18 @@ class Rerun:
         return fn()
 
     def record(self, fn):
-        self.fn, self.output = fn, fn()
-        return self.output
+        with _Operations() as recorded:
+            output = fn()
+        self.ops = recorded.ops
+        return output
 
     def replay(self) -> None:
-        Rerun.replays += 1
-        self.output.copy_(self.fn())
+        Replay.replays += 1
+        with torch.no_grad():
+            for func, args, kwargs, recorded in self.ops:
+                for old, new in zip(tree_flatten(recorded)[0], tree_flatten(func(*args, **kwargs))[0]):
+                    if isinstance(old, torch.Tensor) and new is not old:
+                        old.copy_(new)
 
 
 def dataset(seed: int, steps: int = 5, short_last: bool = True, poisoned: int | None = None) -> list[dict]:
@@ -68,7 +95,7 @@ def train(datasets: list[tuple[float, list[dict]]], graphed: bool, between=lambd
         adam.keep_lr_in_tensor()
     ctx = Context({"actor_critic": ModelSlot(model, adam, device)}, ctx.params, finite_check_on_device=True)
     # on a GPU, real CUDA graphs (tests/test_gpu.py)
-    recording = recording or (Rerun if device == "cpu" else None)
+    recording = recording or (Replay if device == "cpu" else None)
     recorded = GraphedSGD(model, adam, device, recording=recording, warmup_steps=2) if graphed else None
     stats, errors = [], []
     for k, (lr, minibatches) in enumerate(datasets):
@@ -105,14 +132,14 @@ def assert_same(eager, graphed) -> None:
 
 
 def test_replayed_steps_train_as_eager_steps_across_datasets_and_learning_rates():
-    Rerun.replays = 0
+    Replay.replays = 0
     datasets = [(1e-2, dataset(1)), (5e-3, dataset(2)), (2e-3, dataset(3))]
     eager, graphed = train(datasets, graphed=False), train(datasets, graphed=True)
     assert_same(eager, graphed)
     recorded = graphed[-1]
     shapes = {name: shape for name, shape, _ in recorded.recorded.key}
     assert shapes["obs"] == (1, 64, 4)  # the full minibatches' shape; the short one of 5 stays eager
-    assert Rerun.replays == 3 * 5 - 2 - 1  # all full steps but the two warm-up steps and the recording's own
+    assert Replay.replays == 3 * 5 - 2 - 1  # all full steps but the two warm-up steps and the recording's own
     assert not torch.equal(graphed[2][0], graphed[2][5])  # each replay's statistics are its own minibatch's
     as_floats = train(datasets, graphed=False, lr_in_tensor=False)[0]  # the rate as the group's float
     for a, b in zip(as_floats.parameters(), graphed[0].parameters()):
@@ -138,13 +165,13 @@ def test_new_optimizer_state_or_hyperparameters_are_recorded_again(change):
             ctx.params = dataclasses.replace(ctx.params, ppo_clip_ratio=0.05)
 
     datasets = [(1e-2, dataset(seed)) for seed in (1, 2, 3, 4)]
-    Rerun.replays = 0
+    Replay.replays = 0
     eager, graphed = train(datasets, False, between), train(datasets, True, between)
     assert_same(eager, graphed)
-    assert Rerun.replays == 2 * (2 * 5 - 2 - 1)  # recorded twice: two datasets before the change, two after
+    assert Replay.replays == 2 * (2 * 5 - 2 - 1)  # recorded twice: two datasets before the change, two after
 
 
-class Unrecordable(Rerun):
+class Unrecordable(Replay):
     def record(self, fn):
         raise RuntimeError("operation not permitted when stream is capturing")
 
@@ -184,16 +211,16 @@ def test_a_trainers_updates_replayed_train_as_eager_ones(monkeypatch, split):
     def recorded_on_the_cpu(slot, key, enabled, gather, check_on_device):
         assert enabled and gather is None
         if key not in slot.sgd_graphs:
-            made[key] = GraphedSGD(slot.module, slot.optimizer, slot.device, recording=Rerun, warmup_steps=2)
+            made[key] = GraphedSGD(slot.module, slot.optimizer, slot.device, recording=Replay, warmup_steps=2)
             slot.sgd_graphs[key] = made[key]
         return slot.sgd_graphs[key]
 
     monkeypatch.setattr(nodes, "graphed_sgd", recorded_on_the_cpu)
-    Rerun.replays = 0
+    Replay.replays = 0
     graphed = trained(cfg, datasets=4)
     assert len(made) == (2 if split else 1) and all(g.recorded is not None for g in made.values())
     steps = 4 * 2  # minibatches a dataset, epochs
-    assert Rerun.replays == len(made) * (4 * steps - 2 - 1)
+    assert Replay.replays == len(made) * (4 * steps - 2 - 1)
 
     def everything(trainer) -> list[torch.Tensor]:
         found = list(trainer.models["actor_critic"].module.state_dict().values())
