@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import dataclasses
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from sf_core.algo.adam import FusedAdam
+from sf_core.algo.model import ActorCritic, ModelSpec
+from sf_core.algo.params import LearningParams
+from sf_core.config import Config
 from sf_core.algo.graph import Context, ModelSlot
 from sf_core.algo.graphed_sgd import GraphedSGD
 from sf_core.algo.nodes import _ppo_policy_loss, _sgd_step, step_guard
@@ -84,11 +89,12 @@ def dataset(seed: int, steps: int = 5, short_last: bool = True, poisoned: int | 
 
 
 def train(datasets: list[tuple[float, list[dict]]], graphed: bool, between=lambda ctx, k: None,
-          lr_in_tensor: bool = True, device: str = "cpu", recording=None):
-    """Trains on each (learning rate, minibatches) in turn; the model, its Adam, each step's statistics and
-    each dataset's error (None, or the non-finite step's message). Eager steps read the rate from a tensor too
-    (`lr_in_tensor`), as recorded ones do: the fused kernel rounds a float32 rate otherwise than a double."""
-    ctx, model, _ = step_context()
+          lr_in_tensor: bool = True, device: str = "cpu", recording=None, context=step_context):
+    """Trains `context()`'s model on each (learning rate, minibatches) in turn; the model, its Adam, each step's
+    statistics and each dataset's error (None, or the non-finite step's message). Eager steps read the rate from
+    a tensor too (`lr_in_tensor`), as recorded ones do: the fused kernel rounds a float32 rate otherwise than a
+    double."""
+    ctx, model, _ = context()
     model.to(device)
     adam = FusedAdam(list(model.parameters()))
     if lr_in_tensor:
@@ -230,3 +236,64 @@ def test_a_trainers_updates_replayed_train_as_eager_ones(monkeypatch, split):
 
     for a, b in zip(everything(eager), everything(graphed), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)  # the rate as a float32 tensor: rounding apart
+
+
+MODELS = {  # spaces, flags, sequence length
+    "frames": (gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(6), {}, 1),
+    "gaussian": (gym.spaces.Box(-10, 10, (17,), np.float32), gym.spaces.Box(-1, 1, (6,), np.float32),
+                 {"normalize_input": True, "actor_critic_share_weights": False}, 1),
+    "recurrent": (gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2),
+                  {"use_rnn": True, "rnn_size": 16, "rollout": 4}, 4),
+}
+
+
+def model_context(kind: str):
+    obs_space, action_space, flags, _ = MODELS[kind]
+
+    def context():
+        torch.manual_seed(0)
+        cfg = Config(env="x", batch_size=8, encoder_mlp_layers=[16], **flags)
+        model = ActorCritic(obs_space, action_space, ModelSpec.from_config(cfg))
+        obs_space.seed(0)  # the same statistics for both models compared
+        model.update_obs_stats(torch.as_tensor(np.stack([obs_space.sample() for _ in range(32)])), None)
+        return Context({}, LearningParams.from_config(cfg)), model, None
+
+    return context
+
+
+def model_dataset(kind: str, seed: int, steps: int = 4, sequences: int = 8) -> list[dict]:
+    """Minibatches of `sequences` sequences of MODELS[kind]'s length, as minibatch_sgd hands them to a step."""
+    obs_space, action_space, flags, L = MODELS[kind]
+    gen, rng = torch.Generator().manual_seed(seed), np.random.default_rng(seed)
+    state = model_context(kind)()[1].rnn_state_size
+    made = []
+    for _ in range(steps):
+        obs = torch.as_tensor(np.stack([obs_space.sample() for _ in range(L * sequences)]))
+        actions = torch.as_tensor(np.stack([action_space.sample() for _ in range(L * sequences)]))
+        made.append({"obs": obs.view(L, sequences, *obs.shape[1:]), "actions": actions.view(L, sequences,
+                     *actions.shape[1:]), "log_prob": -torch.rand(L, sequences, generator=gen) - 1.0,
+                     "advantages": torch.randn(L, sequences, generator=gen), "targets": torch.randn(L, sequences,
+                     generator=gen), "old_values": torch.zeros(L, sequences), "mask": torch.ones(L, sequences),
+                     "resets": torch.as_tensor(rng.random((L, sequences)) < 0.2),
+                     "initial_states": torch.randn(sequences, state, generator=gen)})
+    return made
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_the_step_of_every_kind_of_model_replays_as_its_eager_step(kind):
+    """A conv encoder on uint8 frames, separate Gaussian actor and critic bodies on normalized observations, and a
+    recurrent core unrolled over sequences: each model's step records without a host read and replays as it
+    runs eagerly."""
+    Replay.replays = 0
+    datasets = [(3e-4, model_dataset(kind, seed)) for seed in (1, 2, 3)]
+
+    def between(ctx: Context, k: int) -> None:  # each dataset moves the observations' statistics, as the learner's do
+        model = ctx.models["actor_critic"].module
+        model.update_obs_stats(datasets[k][1][0]["obs"].flatten(0, 1) * (k + 1), None)
+
+    eager = train(datasets, False, between, context=model_context(kind))
+    graphed = train(datasets, True, between, context=model_context(kind))
+    assert graphed[-1].recorded is not None and graphed[-1].failed is None
+    assert Replay.replays == 3 * 4 - 2 - 1
+    assert_same(eager, graphed)
+
