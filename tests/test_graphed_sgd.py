@@ -27,6 +27,7 @@ from sf_core.config import Config
 from sf_core.algo.graph import Context, ModelSlot
 from sf_core.algo.graphed_sgd import GraphedSGD
 from sf_core.algo.nodes import _ppo_policy_loss, _sgd_step, step_guard
+from tests.conftest import extra
 from tests.test_sgd_step import step_context
 
 
@@ -295,5 +296,41 @@ def test_the_step_of_every_kind_of_model_replays_as_its_eager_step(kind):
     graphed = train(datasets, True, between, context=model_context(kind))
     assert graphed[-1].recorded is not None and graphed[-1].failed is None
     assert Replay.replays == 3 * 4 - 2 - 1
+    assert_same(eager, graphed)
+
+
+@pytest.mark.parametrize("env, flags", [("atari_pong", []), ("atari_pong", ["--mixed_precision=True"]),
+                                        ("HalfCheetah-v5", []), ("Humanoid-v5", [])])
+def test_the_presets_own_models_replay_as_their_eager_steps(env, flags):
+    """Pong's Nature CNN (float32 and bf16 autocast) and the MuJoCo presets' models, as the presets build them."""
+    extra("ale_py" if env.startswith("atari") else "mujoco", "atari" if env.startswith("atari") else "mujoco")
+    from sf_core.cli.arguments import parse_args
+    from sf_core.envs.registry import EnvContext, registry_snapshot
+
+    cfg, _ = parse_args([f"--env={env}", *flags])
+    made = registry_snapshot().make(cfg.env, cfg, EnvContext(worker_index=-1, env_index=-1, seed=0))
+    obs_space, action_space = made.observation_space, made.action_space
+    made.close()
+    rows = 32
+
+    def context():
+        torch.manual_seed(0)
+        return Context({}, LearningParams.from_config(cfg)), ActorCritic(obs_space, action_space,
+                                                                         ModelSpec.from_config(cfg)), None
+
+    def minibatches(seed: int) -> list[dict]:
+        gen = torch.Generator().manual_seed(seed)
+        obs_space.seed(seed), action_space.seed(seed)
+        return [{"obs": torch.as_tensor(np.stack([obs_space.sample() for _ in range(rows)]))[None],
+                 "actions": torch.as_tensor(np.stack([action_space.sample() for _ in range(rows)]))[None],
+                 "log_prob": -torch.rand(1, rows, generator=gen) - 1.0,
+                 "advantages": torch.randn(1, rows, generator=gen), "targets": torch.randn(1, rows, generator=gen),
+                 "old_values": torch.zeros(1, rows),
+                 "mask": torch.ones(1, rows), "resets": torch.zeros(1, rows, dtype=torch.bool),
+                 "initial_states": torch.zeros(rows, 0)} for _ in range(4)]
+
+    datasets = [(cfg.learning_rate, minibatches(seed)) for seed in (1, 2, 3)]
+    eager, graphed = train(datasets, False, context=context), train(datasets, True, context=context)
+    assert graphed[-1].recorded is not None and graphed[-1].failed is None
     assert_same(eager, graphed)
 
