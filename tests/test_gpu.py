@@ -332,16 +332,19 @@ def test_sgd_steps_replayed_as_cuda_graphs_train_as_eager_steps():
 
 
 @pytest.mark.parametrize("split", [False, True], ids=["actor_critic", "split_actor_critic"])
-def test_a_trainers_updates_replayed_as_cuda_graphs_train_as_eager_ones(split):
-    from tests.test_split_actor_critic import small_config, trained
+def test_a_trainers_updates_replayed_as_cuda_graphs_train_as_eager_ones(monkeypatch, split):
+    """Through the Trainer on the GPU, the joint or the split updates as real CUDA graphs, against eager steps
+    with the rate in a tensor too (never recorded)."""
+    from tests.test_graphed_sgd import trained_with, trainer_state
+    from tests.test_split_actor_critic import small_config
 
-    eager = trained(small_config(split_actor_critic=split), datasets=4, device="cuda")
-    graphed = trained(small_config(split_actor_critic=split, sgd_cuda_graphs=True), datasets=4, device="cuda")
-    recorders = [g for slot in graphed.models.values() for g in slot.sgd_graphs.values()]
-    assert len(recorders) == (2 if split else 1) and all(g.recorded and not g.failed for g in recorders)
-    for name, slot in eager.models.items():
-        for a, b in zip(slot.module.state_dict().values(), graphed.models[name].module.state_dict().values()):
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+    cfg = small_config(split_actor_critic=split, sgd_cuda_graphs=True)
+    eager = trained_with(monkeypatch, cfg, {}, device="cuda", warmup_steps=10**9)
+    made: dict = {}
+    graphed = trained_with(monkeypatch, cfg, made, device="cuda")
+    assert len(made) == (2 if split else 1) and all(g.recorded and not g.failed for g in made.values())
+    for a, b in zip(trainer_state(eager), trainer_state(graphed), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.timeout(240)

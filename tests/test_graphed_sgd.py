@@ -207,36 +207,44 @@ def test_what_a_recording_cannot_hold_is_refused_with_the_flag_named(flags, name
 @pytest.mark.parametrize("split", [False, True], ids=["actor_critic", "split_actor_critic"])
 def test_a_trainers_updates_replayed_train_as_eager_ones(monkeypatch, split):
     """Through the learner's Trainer: the actor-critic's update, or the actor's and the critic's of
-    --split_actor_critic, each recorded and replayed, end where eager updates end."""
-    from sf_core.algo import nodes
-    from tests.test_split_actor_critic import small_config, trained
+    --split_actor_critic, each recorded and replayed, end where eager updates end, bit for bit."""
+    from tests.test_split_actor_critic import small_config
 
     cfg = small_config(split_actor_critic=split, sgd_cuda_graphs=True)
-    eager = trained(cfg, datasets=4)  # on the CPU the flag records nothing
-    made: dict = {}
-
-    def recorded_on_the_cpu(slot, key, enabled, gather, check_on_device):
-        assert enabled and gather is None
-        if key not in slot.sgd_graphs:
-            made[key] = GraphedSGD(slot.module, slot.optimizer, slot.device, recording=Replay, warmup_steps=2)
-            slot.sgd_graphs[key] = made[key]
-        return slot.sgd_graphs[key]
-
-    monkeypatch.setattr(nodes, "graphed_sgd", recorded_on_the_cpu)
+    eager = trained_with(monkeypatch, cfg, {}, recording=Replay, warmup_steps=10**9)  # never recorded
     Replay.replays = 0
-    graphed = trained(cfg, datasets=4)
+    made: dict = {}
+    graphed = trained_with(monkeypatch, cfg, made, recording=Replay, warmup_steps=2)
     assert len(made) == (2 if split else 1) and all(g.recorded is not None for g in made.values())
     steps = 4 * 2  # minibatches a dataset, epochs
     assert Replay.replays == len(made) * (4 * steps - 2 - 1)
+    for a, b in zip(trainer_state(eager), trainer_state(graphed), strict=True):
+        assert torch.equal(a, b)
 
-    def everything(trainer) -> list[torch.Tensor]:
-        found = list(trainer.models["actor_critic"].module.state_dict().values())
-        for slot in trainer.models.values():
-            found += [t for state in slot.optimizer.state.values() for t in state.values()]
-        return found
 
-    for a, b in zip(everything(eager), everything(graphed), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)  # the rate as a float32 tensor: rounding apart
+def trained_with(monkeypatch, cfg, made: dict, device: str = "cpu", datasets: int = 4, **graphed):
+    """tests.test_split_actor_critic.trained(cfg), each update's steps through a GraphedSGD(**graphed) made
+    wherever the learner asks for one (and put in `made`), whatever the device: eager steps with the rate
+    in a tensor, if it never records."""
+    from sf_core.algo import nodes
+    from tests.test_split_actor_critic import trained
+
+    def graphed_sgd(slot, key, enabled, gather, check_on_device):
+        assert enabled and gather is None
+        if key not in slot.sgd_graphs:
+            made[key] = slot.sgd_graphs[key] = GraphedSGD(slot.module, slot.optimizer, slot.device, **graphed)
+        return slot.sgd_graphs[key]
+
+    with monkeypatch.context() as patched:
+        patched.setattr(nodes, "graphed_sgd", graphed_sgd)
+        return trained(cfg, datasets=datasets, device=device)
+
+
+def trainer_state(trainer) -> list[torch.Tensor]:
+    """Every model's weights and statistics, and every optimizer's moments."""
+    found = [t for slot in trainer.models.values() for t in slot.module.state_dict().values()]
+    optimizers = [slot.optimizer for slot in trainer.models.values() if slot.optimizer is not None]
+    return found + [t for optimizer in optimizers for state in optimizer.state.values() for t in state.values()]
 
 
 MODELS = {  # spaces, flags, sequence length
@@ -299,18 +307,24 @@ def test_the_step_of_every_kind_of_model_replays_as_its_eager_step(kind):
     assert_same(eager, graphed)
 
 
-@pytest.mark.parametrize("env, flags", [("atari_pong", []), ("atari_pong", ["--mixed_precision=True"]),
-                                        ("HalfCheetah-v5", []), ("Humanoid-v5", [])])
-def test_the_presets_own_models_replay_as_their_eager_steps(env, flags):
-    """Pong's Nature CNN (float32 and bf16 autocast) and the MuJoCo presets' models, as the presets build them."""
+def preset(env: str, *flags: str):
+    """The config `env`'s preset makes (with `flags`), and the env's spaces."""
     extra("ale_py" if env.startswith("atari") else "mujoco", "atari" if env.startswith("atari") else "mujoco")
     from sf_core.cli.arguments import parse_args
     from sf_core.envs.registry import EnvContext, registry_snapshot
 
     cfg, _ = parse_args([f"--env={env}", *flags])
     made = registry_snapshot().make(cfg.env, cfg, EnvContext(worker_index=-1, env_index=-1, seed=0))
-    obs_space, action_space = made.observation_space, made.action_space
+    spaces = made.observation_space, made.action_space
     made.close()
+    return cfg, *spaces
+
+
+@pytest.mark.parametrize("env, flags", [("atari_pong", []), ("atari_pong", ["--mixed_precision=True"]),
+                                        ("HalfCheetah-v5", []), ("Humanoid-v5", [])])
+def test_the_presets_own_models_replay_as_their_eager_steps(env, flags):
+    """Pong's Nature CNN (float32 and bf16 autocast) and the MuJoCo presets' models, as the presets build them."""
+    cfg, obs_space, action_space = preset(env, *flags)
     rows = 32
 
     def context():
@@ -333,4 +347,52 @@ def test_the_presets_own_models_replay_as_their_eager_steps(env, flags):
     eager, graphed = train(datasets, False, context=context), train(datasets, True, context=context)
     assert graphed[-1].recorded is not None and graphed[-1].failed is None
     assert_same(eager, graphed)
+
+
+def test_ants_preset_trains_its_split_actor_and_critic_through_the_trainer_as_eagerly(monkeypatch):
+    """Ant-v5's preset (an actor and a critic, values recomputed, the critic trained after the release), three
+    datasets through the Trainer: recorded and replayed, bit for bit as eager steps with the rate in a tensor."""
+    from sf_core.algo import nodes
+    from sf_core.algo.registry import algorithm_builder
+    from sf_core.contracts.sample import SampleSpaces, batch_tensors
+    from sf_core.learning.learner import Trainer
+
+    cfg, obs_space, action_space = preset("Ant-v5", "--sgd_cuda_graphs=True")
+    assert cfg.split_actor_critic
+    trajectories = cfg.batch_size * cfg.num_batches_per_epoch // cfg.rollout
+
+    def dataset(seed: int) -> dict[str, torch.Tensor]:
+        gen = torch.Generator().manual_seed(seed)
+        obs_space.seed(seed), action_space.seed(seed)
+        data = batch_tensors(SampleSpaces(obs_space, action_space), cfg.rollout, trajectories)
+        for key, space in (("obs", obs_space), ("actions", action_space)):
+            rows = data[key].numel() // int(np.prod(space.shape))
+            data[key].copy_(torch.as_tensor(np.stack([space.sample() for _ in range(rows)])).view_as(data[key]))
+        data["log_prob"].copy_(-torch.rand(data["log_prob"].shape, generator=gen) - 2.0)
+        data["rewards"].copy_(torch.rand(data["rewards"].shape, generator=gen))
+        data["dones"].copy_(torch.rand(data["dones"].shape, generator=gen) < 0.02)
+        return data
+
+    def trained(made: dict, **graphed) -> Trainer:
+        def graphed_sgd(slot, key, enabled, gather, check_on_device):
+            if key not in slot.sgd_graphs:
+                made[key] = slot.sgd_graphs[key] = GraphedSGD(slot.module, slot.optimizer, slot.device, **graphed)
+            return slot.sgd_graphs[key]
+
+        with monkeypatch.context() as patched:
+            patched.setattr(nodes, "graphed_sgd", graphed_sgd)
+            trainer = Trainer(cfg, obs_space, action_space, ModelSpec.from_config(cfg), "cpu", 3,
+                              algorithm_builder(cfg.algo))
+            trainer.build(None, None)
+            torch.manual_seed(11)
+            for k in range(3):
+                trainer.train(dataset(k), cfg.learning_rate * (1 - 0.2 * k), k)
+        return trainer
+
+    eager = trained({}, recording=Replay, warmup_steps=10**9)
+    made: dict = {}
+    graphed = trained(made, recording=Replay)
+    assert len(made) == 2 and all(g.recorded is not None and g.failed is None for g in made.values())
+    for a, b in zip(trainer_state(eager), trainer_state(graphed), strict=True):
+        assert torch.equal(a, b)
 
