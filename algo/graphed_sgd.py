@@ -35,7 +35,8 @@ from sf_core.config import Config, ConfigError, register_check
 log = logging.getLogger("sf_core")
 
 Minibatch = dict[str, torch.Tensor]
-StepFn = Callable[[Minibatch], tuple[torch.Tensor, tuple[str, ...]]]  # one eager step: statistics, their names
+StepStats = tuple[torch.Tensor, tuple[str, ...]]  # one step's statistics on the model's device, and their names
+StepFn = Callable[[Minibatch], StepStats]  # one eager step
 
 
 class Recording(Protocol):
@@ -50,18 +51,25 @@ class Recording(Protocol):
     def replay(self) -> None: ...
 
 
+def warm_on_side_stream(device: torch.device | str, fn: Callable[[], Any]) -> Any:
+    """fn on a side stream, ordered after and before the current stream's work: the calls before a CUDA graph's
+    recording, where cuDNN and cuBLAS pick their kernels and allocate workspaces, kept off the stream a
+    recording is made from, as torch asks."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        result = fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    return result
+
+
 class CudaRecording:
     def __init__(self, device: torch.device | str):
         self.device = torch.device(device)
         self.graph: torch.cuda.CUDAGraph | None = None
 
     def warm(self, fn: Callable[[], Any]) -> Any:
-        side = torch.cuda.Stream(self.device)  # kept off the stream a recording is made from, as torch asks
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            result = fn()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        return result
+        return warm_on_side_stream(self.device, fn)
 
     def record(self, fn: Callable[[], torch.Tensor]) -> torch.Tensor:
         self.graph = torch.cuda.CUDAGraph()
@@ -113,7 +121,7 @@ class GraphedSGD:
         self._values = values
         return self.guard
 
-    def step(self, mb: Minibatch, run: StepFn) -> tuple[torch.Tensor, tuple[str, ...]]:
+    def step(self, mb: Minibatch, run: StepFn) -> StepStats:
         """`run(mb)`'s statistics and their names, by replaying its recording for mb's shapes once there is one."""
         key = tuple((name, tuple(t.shape), t.dtype) for name, t in mb.items())
         recorded = self.recorded
@@ -130,7 +138,7 @@ class GraphedSGD:
             return run(mb)
         return self._record(key, mb, run)
 
-    def _record(self, key: Hashable, mb: Minibatch, run: StepFn) -> tuple[torch.Tensor, tuple[str, ...]]:
+    def _record(self, key: Hashable, mb: Minibatch, run: StepFn) -> StepStats:
         inputs = {name: t.clone() for name, t in mb.items()}
         names: list[tuple[str, ...]] = []
 

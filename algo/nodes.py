@@ -20,7 +20,7 @@ import torch
 from sf_core.algo import ppo
 from sf_core.algo.gradient_clipping import clip_grad_norm
 from sf_core.algo.graph import Context, ModelSlot
-from sf_core.algo.graphed_sgd import graphed_sgd, is_recording
+from sf_core.algo.graphed_sgd import StepStats, graphed_sgd, is_recording
 from sf_core.algo.model import autocast
 from sf_core.algo.non_finite import StepGuard
 from sf_core.algo.targets import gae, vtrace
@@ -189,9 +189,6 @@ def minibatch_sgd(ctx: Context, x: Inputs, policy_loss_fn: PolicyLoss, epochs: i
     stats = dict(zip(names, (totals / max(1, steps)).tolist())) if totals is not None else {}
     stats.update(value_mean=x["values"][:-1].mean().item(), target_mean=x["value_targets"].mean().item())
     return stats
-
-
-StepStats = tuple[torch.Tensor, tuple[str, ...]]  # one step's statistics on the model's device, and their names
 
 
 def sgd_steps(ctx: Context, slot: ModelSlot, key: Any, minibatches: Iterable[dict[str, torch.Tensor]],

@@ -115,8 +115,8 @@ def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = Non
 
 
 # The modules whose flag checks Config.validate runs: each registers its own (sf_core.config.register_check)
-FLAG_CHECKS = ("sf_core.algo.graphed_sgd", "sf_core.algo.meshes", "sf_core.algo.registry", "sf_core.algo.rnd", "sf_core.algo.split_actor_critic",
-               "sf_core.algo.teacher",
+FLAG_CHECKS = ("sf_core.algo.graphed_sgd", "sf_core.algo.meshes", "sf_core.algo.registry", "sf_core.algo.rnd",
+               "sf_core.algo.split_actor_critic", "sf_core.algo.teacher",
                "sf_core.cluster.flags", "sf_core.envs.vector_backends",
                "sf_core.learning.group.flags", "sf_core.run.pbt",
                "sf_core.service.endpoints")

@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from sf_core.algo.graphed_sgd import warm_on_side_stream
 from sf_core.algo.normalization import forget_cached_statistics
 
 Acting = Callable[[torch.Tensor], dict[str, torch.Tensor]]  # observations -> actions, log_prob, values
@@ -51,13 +52,7 @@ class GraphedActing:
 
     def _record(self, size: int, example: torch.Tensor):
         static_in = torch.zeros((size, *example.shape[1:]), dtype=example.dtype, device=self.device)
-        # cuDNN and cuBLAS pick their kernels (and allocate workspaces) on the first calls: outside the capture
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(self.warmup_calls):
-                self.act(static_in)
-        torch.cuda.current_stream(self.device).wait_stream(side)
+        warm_on_side_stream(self.device, lambda: [self.act(static_in) for _ in range(self.warmup_calls)])
         graph = torch.cuda.CUDAGraph()
         forget_cached_statistics(self.model)  # so the graph converts the running statistics itself on each replay
         with torch.cuda.graph(graph, pool=self.pool):
