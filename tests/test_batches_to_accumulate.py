@@ -62,12 +62,14 @@ def test_several_policies_ray_samplers_or_a_negative_count_are_refused():
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_slow_learner_trains_on_samples_one_version_old_and_cartpole_still_learns(tmp_path):
-    """Sixteen epochs a dataset make the learner the bottleneck: unbounded, sampling runs ahead as far as the
-    buffers allow (lag 3.7-4.0 here); with one dataset ahead the lag stays at one version (0.7-0.9 here: some
-    samples wait for no update; a split may use its second slot before a slower split its first, so a
-    sample may lag two)."""
-    flags = ["--env=CartPole-v1", "--env_vectorization=none", "--num_workers=2", "--num_envs_per_worker=16",
-             "--rollout=32", "--batch_size=1024", "--num_batches_per_epoch=1", "--num_epochs=16",
+    """Sixteen SGD steps a dataset (4 epochs of 4 minibatches) make the learner the bottleneck: unbounded,
+    sampling runs ahead as far as the buffers allow (lag 4.0-5.0 here); with one dataset ahead the lag stays at
+    one version (0.8-1.0 here: some samples wait for no update; a split may use its second slot before a slower
+    split its first, so a sample may lag two). Sixteen epochs of the whole dataset at this rate learned too, but
+    collapsed at times (158 at the end of one CI run); these values ended at 500 in 24 runs of 24, 8 of them with
+    a busy loop on one core (seeds 1-15)."""
+    flags = ["--env=CartPole-v1", "--env_vectorization=none", "--num_workers=2", "--num_envs_per_worker=32",
+             "--rollout=32", "--batch_size=256", "--num_batches_per_epoch=4", "--num_epochs=4",
              "--learning_rate=1e-3", "--seed=1", "--train_for_env_steps=120000"]
     code, unbounded = train(tmp_path, *flags, experiment="unbounded")
     assert code == 0, unbounded.get("error")
@@ -76,7 +78,7 @@ def test_a_slow_learner_trains_on_samples_one_version_old_and_cartpole_still_lea
     lag = {name: s["final_learner_stats"] for name, s in (("unbounded", unbounded), ("one_ahead", one_ahead))}
     assert lag["one_ahead"]["policy_lag_mean"] <= 1.0 and lag["unbounded"]["policy_lag_mean"] >= 2.0, lag
     assert lag["one_ahead"]["policy_lag_max"] <= 2, lag
-    assert one_ahead["mean_return"] >= 250, one_ahead["mean_return"]  # 500 here
+    assert one_ahead["mean_return"] >= 450, one_ahead["mean_return"]
 
 
 @pytest.mark.slow
