@@ -118,7 +118,7 @@ class ActorCritic(nn.Module):
         self.preprocess = ObsPreprocessor(obs_space, spec.normalize_input)
         widths = self.preprocess.widths()
         self.actor = Branch(obs_space, widths, spec)
-        self.critic = None if spec.share_weights else Branch(obs_space, widths, spec)
+        self.critic = None if spec.share_weights else Branch(obs_space, widths, spec.for_critic())
         # a plain list (the modules are registered as actor and critic)
         self.branches = [self.actor] + ([self.critic] if self.critic is not None else [])
         self.state_sizes = [branch.state_size for branch in self.branches]

@@ -3,6 +3,7 @@ Config's, written once there)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -15,6 +16,7 @@ class ModelSpec:
     """The model-related flags, so the model does not depend on the whole config (defaults: Config's)."""
 
     encoder_mlp_layers: tuple[int, ...] = tuple(default("encoder_mlp_layers"))
+    critic_mlp_layers: tuple[int, ...] = tuple(default("critic_mlp_layers"))  # empty: encoder_mlp_layers
     nonlinearity: str = default("nonlinearity")
     share_weights: bool = default("actor_critic_share_weights")
     normalize_input: bool = default("normalize_input")
@@ -35,7 +37,8 @@ class ModelSpec:
     @classmethod
     def from_config(cls, cfg: Config) -> "ModelSpec":
         return cls(
-            encoder_mlp_layers=tuple(cfg.encoder_mlp_layers), nonlinearity=cfg.nonlinearity,
+            encoder_mlp_layers=tuple(cfg.encoder_mlp_layers), critic_mlp_layers=tuple(cfg.critic_mlp_layers),
+            nonlinearity=cfg.nonlinearity,
             share_weights=cfg.actor_critic_share_weights and not cfg.split_actor_critic,  # a half per model
             normalize_input=cfg.normalize_input,
             normalize_returns=cfg.normalize_returns, continuous_tanh_scale=cfg.continuous_tanh_scale,
@@ -45,3 +48,9 @@ class ModelSpec:
             encoder_factory=custom_models.resolve("encoder", cfg.encoder_custom),
             core_factory=custom_models.resolve("core", cfg.core_custom),
             decoder_factory=custom_models.resolve("decoder", cfg.decoder_custom))
+
+    def for_critic(self) -> "ModelSpec":
+        """The spec of the critic's own body: its MLP encoder sized by --critic_mlp_layers where given."""
+        if not self.critic_mlp_layers:
+            return self
+        return dataclasses.replace(self, encoder_mlp_layers=self.critic_mlp_layers)

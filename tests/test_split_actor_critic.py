@@ -173,17 +173,36 @@ def test_the_weights_are_handed_back_at_the_end_where_inference_needs_the_critic
         assert not trainer.executor.release_after and not released
 
 
+def test_the_critic_s_own_body_takes_its_own_sizes_and_a_shared_body_refuses_them():
+    model = ActorCritic(OBS, ACTIONS, ModelSpec.from_config(small_config(critic_mlp_layers=[32, 8])))
+    sizes = {name: tuple(p.shape) for name, p in model.named_parameters() if name.endswith("weight")}
+    assert sizes["actor.encoder.mlp.0.weight"] == (16, 5) and "actor.encoder.mlp.2.weight" not in sizes
+    assert sizes["critic.encoder.mlp.0.weight"] == (32, 5) and sizes["critic.encoder.mlp.2.weight"] == (8, 32)
+    assert sizes["value_head.weight"] == (1, 8) and sizes["action_head.mean.weight"] == (2, 16)
+    small_config(split_actor_critic=False, actor_critic_share_weights=False, critic_mlp_layers=[32]).validate()
+    with pytest.raises(ConfigError, match="--critic_mlp_layers sizes the critic's own body"):
+        small_config(split_actor_critic=False, critic_mlp_layers=[32]).validate()
+    with pytest.raises(ConfigError, match="--critic_mlp_layers must be positive"):
+        small_config(critic_mlp_layers=[0]).validate()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_critic_trained_while_the_next_dataset_is_collected_solves_cartpole_on_policy(tmp_path):
+    from sf_core.records import checkpoint
+
     code, summary = train(tmp_path, "--env=CartPole-v1", "--algo=PPO", "--split_actor_critic=True",
                           "--recompute_values=True", "--async_rl=False", "--num_workers=2", "--seed=1",
                           "--num_envs_per_worker=16", "--batch_size=512",  # a round of sampling is one dataset
+                          "--critic_mlp_layers", "128",  # the actor keeps the preset's 64 × 64
                           "--target_mean_return=400", "--train_for_seconds=120", "--train_for_env_steps=10000000")
     assert code == 0, summary.get("error")
     assert summary["time_to_target"] is not None, summary
     stats = summary["final_learner_stats"]
     assert stats["critic_grad_norm"] > 0 and stats["policy_lag_max"] == 0, stats  # on-policy throughout
+    weights = checkpoint.load(summary["last_checkpoint"])["model"]
+    assert weights["critic.encoder.mlp.0.weight"].shape == (128, 4) and weights["value_head.weight"].shape == (1, 128)
+    assert weights["actor.encoder.mlp.2.weight"].shape == (64, 64)
 
 
 @pytest.mark.slow

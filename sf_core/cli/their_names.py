@@ -24,7 +24,8 @@ THEIR_NAMES = {
     "vf_coef": _here("--value_loss_coeff"), "clip_range": _here("--ppo_clip_ratio"),
     "clip_range_vf": _here("--ppo_clip_value (in normalized value units; 0 disables it)"),
     "stats_window_size": _here("--stats_window"), "log_interval": _here("--report_interval (in seconds)"),
-    "policy_kwargs": _here("--encoder_mlp_layers, --nonlinearity and the other model flags"),
+    "policy_kwargs": _here("--encoder_mlp_layers (net_arch's pi; vf: --critic_mlp_layers), --nonlinearity and "
+                           "the other model flags"),
     # CleanRL (ppo.py's flags)
     "num_envs": _here(ENVS), "num_steps": _here("--rollout"), "update_epochs": _here("--num_epochs"),
     "num_minibatches": _here("--num_batches_per_epoch"), "clip_coef": _here("--ppo_clip_ratio"),

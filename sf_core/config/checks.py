@@ -38,9 +38,12 @@ def check_ranges(cfg: Config) -> None:
     for name in ("gamma", "gae_lambda", "repeat_action_probability"):
         if not 0.0 <= getattr(cfg, name) <= 1.0:
             raise ConfigError(f"--{name} must be in [0, 1], got {getattr(cfg, name)}")
-    for name in ("encoder_mlp_layers", "encoder_conv_mlp_layers", "decoder_mlp_layers"):
+    for name in ("encoder_mlp_layers", "encoder_conv_mlp_layers", "decoder_mlp_layers", "critic_mlp_layers"):
         if any(size < 1 for size in getattr(cfg, name)):
             raise ConfigError(f"--{name} must be positive sizes, got {getattr(cfg, name)}")
+    if cfg.critic_mlp_layers and cfg.actor_critic_share_weights and not cfg.split_actor_critic:
+        raise ConfigError("--critic_mlp_layers sizes the critic's own body, and here actor and critic share one: "
+                          "add --actor_critic_share_weights=False or --split_actor_critic=True")
 
 
 @register_check

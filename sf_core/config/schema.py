@@ -266,6 +266,9 @@ class Config:
     actor_critic_share_weights: bool = flag(True, "model", "One encoder for actor and critic, or one each.")
     split_actor_critic: bool = flag(False, "model", "Actor and critic as two models of the graph, each with its own "
                                     "optimizer (at once with --overlap_graph_nodes); implies one body each.")
+    critic_mlp_layers: list[int] = flag(
+        [], "model", "Hidden layer sizes of the critic's MLP encoder where it has a body of its own "
+        "(--actor_critic_share_weights=False or --split_actor_critic=True); empty: --encoder_mlp_layers.")
     normalize_input: bool = flag(True, "model", "Normalize observations with running mean/std (per element for vectors;"
                                  " one scalar mean/std for float images; never for uint8 images, scaled by 1/255).")
     normalize_returns: bool = flag(True, "model", "Learn values in units normalized by running return stats.")
@@ -332,8 +335,7 @@ class Config:
     shards_in_flight: int = flag(2, "cluster", "Shards (one learner dataset each) a sampler may have ready or "
                                  "under way beyond the one the learner trains on: bounds policy lag across nodes.")
     sampler_cpus: float = flag(1.0, "cluster", "Ray CPUs each sampler reserves (its placement bundle).")
-    max_sampler_restarts: int = flag(
-        20, "cluster", "Samplers replaced after a crash or a lost node before training stops.")
+    max_sampler_restarts: int = flag(20, "cluster", "Samplers replaced (a crash, a lost node) before training stops.")
     learner_cpus: float = flag(1.0, "cluster", "Ray CPUs each learner rank after the first reserves (--num_learners: "
                                "they are Ray actors on the cluster's nodes; with --device=cuda each takes a GPU too).")
     learner_resources: str = flag("", "cluster", "Custom Ray resources those ranks need, NAME:AMOUNT,... (e.g. "
@@ -352,14 +354,12 @@ class Config:
         return self.num_envs_per_worker // self.worker_num_splits
 
     def datasets_ahead(self) -> int | None:
-        """Datasets sampling may collect ahead of the one in training, each slot held until its dataset is
-        trained on: 0 without --async_rl, --num_batches_to_accumulate with it; None: slots are freed as soon
-        as they are copied (--async_rl with no bound)."""
+        """Datasets sampling may collect ahead of the one in training (its slots held until trained on): 0
+        without --async_rl, --num_batches_to_accumulate with it; None: slots freed once copied (no bound)."""
         return (self.num_batches_to_accumulate or None) if self.async_rl else 0
 
     def values_at_learner(self) -> bool:
-        """Whether inference leaves the values to the learner, where they are recomputed (--recompute_values),
-        and acts with the actor alone: the critic's body is its own (as ModelSpec builds it), feed-forward."""
+        """Inference acts with the actor alone, the learner recomputes the values (--recompute_values)."""
         own = not self.actor_critic_share_weights or self.split_actor_critic
         return self.recompute_values and own and not (self.use_rnn or self.core_custom)
 
