@@ -66,7 +66,7 @@ def test_a_slow_learner_trains_on_samples_one_version_old_and_cartpole_still_lea
     sampling runs ahead as far as the buffers allow (lag 4.0-5.0 here); with one dataset ahead the lag stays at
     one version (0.8-1.0 here: some samples wait for no update; a split may use its second slot before a slower
     split its first, so a sample may lag two). Sixteen epochs of the whole dataset at this rate learned too, but
-    collapsed at times (158 at the end of one CI run); these values ended at 500 in 24 runs of 24, 8 of them with
+    collapsed at times (158 at the end of one CI run); these values ended at 500 in 16 runs of 16, 8 of them with
     a busy loop on one core (seeds 1-15)."""
     flags = ["--env=CartPole-v1", "--env_vectorization=none", "--num_workers=2", "--num_envs_per_worker=32",
              "--rollout=32", "--batch_size=256", "--num_batches_per_epoch=4", "--num_epochs=4",
