@@ -185,8 +185,8 @@ def fit_critic(ctx: Context, x: Inputs, epochs: int) -> dict[str, float]:
         with torch.no_grad():
             return torch.stack([value_loss, grad_norm]), ("value_loss", "critic_grad_norm")
 
-    totals, _, steps = n.sgd_steps(ctx, slot, "critic", minibatches(ctx, samples, epochs), step)
-    stats = mean_stats(totals, steps, ("value_loss", "critic_grad_norm"))
+    totals, names, steps = n.sgd_steps(ctx, slot, "critic", minibatches(ctx, samples, epochs), step)
+    stats = mean_stats(totals, steps, names)
     stats.update(value_mean=x["values"][:-1].mean().item(), target_mean=x["value_targets"].mean().item())
     return stats
 
