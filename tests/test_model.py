@@ -113,6 +113,30 @@ def test_shared_heads_equal_the_separate_layers(name):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(512, 64), (256, 64), (4, 8)])  # ours both ways, ours in inference, torch's
+def test_tanh_matches_torch(dtype, shape):
+    """Our tanh (sf_core.algo.activations) against torch's, forward and backward, at 0, ±1e-8 and saturated."""
+    from sf_core.algo.activations import Tanh, _TanhFunction
+
+    torch.manual_seed(0)
+    x = (torch.randn(*shape) * 3).to(dtype)
+    x[0, :6] = torch.tensor([0.0, -0.0, 1e-8, -1e-8, 30.0, -30.0])
+    ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y, y_ref = Tanh()(ours), torch.tanh(theirs)
+    ours_in_training = dtype == torch.float32 and x.numel() >= 32768
+    assert ("TanhFunction" in type(y.grad_fn).__name__) == ours_in_training
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    y_ref.backward(grad)
+    tolerance = {"atol": 3e-7, "rtol": 1e-6} if dtype == torch.float32 else {"atol": 0.0, "rtol": 0.0}
+    torch.testing.assert_close(y, y_ref, **tolerance)
+    torch.testing.assert_close(ours.grad, theirs.grad, atol=1e-6, rtol=1e-6)
+    with torch.no_grad():
+        torch.testing.assert_close(Tanh()(x), y_ref.detach(), **tolerance)
+    assert torch.autograd.gradcheck(_TanhFunction.apply, torch.randn(40, dtype=torch.float64, requires_grad=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(256, 64), (4, 8)])  # our kernels, and torch's for small tensors
 def test_elu_matches_torch(dtype, shape, monkeypatch):
     """Our ELU (sf_core.algo.activations) against torch's, forward and backward, on both sides of zero."""
