@@ -17,6 +17,8 @@ inference from 8,192 (docs/performance.md, "tanh").
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
 
@@ -25,22 +27,29 @@ _MIN_ELEMENTS = 8192
 _MIN_TANH_TRAINING_ELEMENTS = 32768
 
 
+class _FromOutput(torch.autograd.Function):
+    """An activation written with vectorized ops, its backward computed from its output (the tensor kept)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, activation: Callable, backward_from_output: Callable) -> torch.Tensor:
+        y = activation(x)
+        ctx.backward_from_output = backward_from_output
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (y,) = ctx.saved_tensors
+        return ctx.backward_from_output(grad, y), None, None
+
+
 def _elu(x: torch.Tensor) -> torch.Tensor:
     negative = x.clamp(max=0).exp_().sub_(1)  # one temporary, reused for the result
     return torch.maximum(x, negative, out=negative)  # exp(x) - 1 >= x, with equality only at 0
 
 
-class _ELUFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        y = _elu(x)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        (y,) = ctx.saved_tensors
-        return torch.ops.aten.elu_backward(grad, 1.0, 1, 1, True, y)  # is_result: the gradient from y
+def _elu_backward(grad: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.ops.aten.elu_backward(grad, 1.0, 1, 1, True, y)  # is_result: the gradient from y
 
 
 class ELU(nn.Module):
@@ -50,26 +59,13 @@ class ELU(nn.Module):
         if x.device.type != "cpu" or x.numel() < _MIN_ELEMENTS:
             return nn.functional.elu(x)
         if x.requires_grad and torch.is_grad_enabled():
-            return _ELUFunction.apply(x)
+            return _FromOutput.apply(x, _elu, _elu_backward)
         return _elu(x)
 
 
 def _tanh(x: torch.Tensor) -> torch.Tensor:
     y = torch.mul(x, 2.0)  # one temporary, reused for the result
     return torch.sigmoid_(y).mul_(2.0).sub_(1.0)
-
-
-class _TanhFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        y = _tanh(x)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        (y,) = ctx.saved_tensors
-        return torch.ops.aten.tanh_backward(grad, y)
 
 
 class Tanh(nn.Module):
@@ -82,7 +78,9 @@ class Tanh(nn.Module):
             return torch.tanh(x)
         if not (x.requires_grad and torch.is_grad_enabled()):
             return _tanh(x)
-        return _TanhFunction.apply(x) if x.numel() >= _MIN_TANH_TRAINING_ELEMENTS else torch.tanh(x)
+        if x.numel() < _MIN_TANH_TRAINING_ELEMENTS:
+            return torch.tanh(x)
+        return _FromOutput.apply(x, _tanh, torch.ops.aten.tanh_backward)
 
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"elu": ELU, "relu": nn.ReLU, "tanh": Tanh}
