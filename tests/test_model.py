@@ -133,8 +133,8 @@ def test_tanh_matches_torch(dtype, shape):
     torch.testing.assert_close(ours.grad, theirs.grad, atol=1e-6, rtol=1e-6)
     with torch.no_grad():
         torch.testing.assert_close(Tanh()(x), y_ref.detach(), **tolerance)
-    ours = lambda x: _FromOutput.apply(x, _tanh, torch.ops.aten.tanh_backward)  # noqa: E731
-    assert torch.autograd.gradcheck(ours, torch.randn(40, dtype=torch.float64, requires_grad=True))
+    function = lambda x: _FromOutput.apply(x, _tanh, torch.ops.aten.tanh_backward)  # noqa: E731
+    assert torch.autograd.gradcheck(function, torch.randn(40, dtype=torch.float64, requires_grad=True))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
