@@ -13,6 +13,9 @@ builds the split as one VectorEnv instead, stepped with one call (sf_core/sampli
   `VectorEnvContext`);
 - `ale`: ale-py's AtariVectorEnv for the Atari names envs/atari.py serves, preprocessed as it does
   (envs/atari_vector.py);
+- `mujoco`: the MuJoCo ids with a batched step of their own (Ant-v5): gymnasium's env objects, their physics
+  stepped one by one and the observations, rewards and terminations computed for the split at once, equal to
+  gymnasium's (envs/mujoco_vector.py);
 - `auto` (the default): the first backend of `BACKENDS` that serves the env and that `auto` may pick, else
   `none`. `ale` is not one of those yet: `auto` keeps Atari on the per-env path until the vector env is
   measured faster there.
@@ -30,6 +33,7 @@ from gymnasium.vector import VectorEnv
 from sf_core.config import ConfigError, register_check
 from sf_core.envs.atari import ale_id
 from sf_core.envs.atari_vector import is_atari_name, make_atari_vector_env
+from sf_core.envs import mujoco_vector
 from sf_core.envs.registry import (EnvContext, EnvNotFoundError, EnvRegistry, VectorEnvContext, registry_snapshot,
                                    require_ale)
 from sf_core.envs.vector_of_one import VectorOfOne
@@ -110,8 +114,21 @@ class AleVectorBackend(VectorBackend):
         return make_atari_vector_env(env_name, cfg, ctx)
 
 
+class MujocoBackend(VectorBackend):
+    name = "mujoco"
+    serves = (f"the MuJoCo ids with a batched step ({', '.join(mujoco_vector.KINDS)}) that no registered factory "
+              f"shapes, with the [mujoco] extra installed")
+
+    def supports(self, env_name: str, registry: EnvRegistry) -> bool:
+        return (env_name in mujoco_vector.KINDS and mujoco_vector.available() and env_name not in registry.factories
+                and env_name not in registry.vectorized)
+
+    def make(self, env_name: str, cfg: Config, ctx: VectorEnvContext, registry: EnvRegistry) -> VectorEnv:
+        return mujoco_vector.make_mujoco_vector_env(env_name, ctx.num_envs, ctx.render_mode)
+
+
 # in the order `auto` tries them: a user's own vector env first, since it registered it for this run
-BACKENDS: tuple[VectorBackend, ...] = (UserBackend(), GymnasiumBackend(), AleVectorBackend())
+BACKENDS: tuple[VectorBackend, ...] = (UserBackend(), GymnasiumBackend(), AleVectorBackend(), MujocoBackend())
 CHOICES = (AUTO, NONE, *(backend.name for backend in BACKENDS))
 
 

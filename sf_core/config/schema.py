@@ -112,11 +112,11 @@ class Config:
         "each env on its own, one trajectory per agent: needed for multi-agent envs (PettingZoo included), works "
         "for any env.")
     env_vectorization: str = flag(
-        "auto", "rollout", "How a split's envs are built: none (one gymnasium env each, stepped one call each), "
-        "gymnasium (one vector env from the id's vector_entry_point, e.g. CartPole-v1), user (one VectorEnv from "
-        "register_env(..., vectorized=True)), ale (ale-py's AtariVectorEnv for atari_* and ALE/... ids), auto "
-        "(a native vector env where the env has one, else none; not yet ale). See docs/environments.md.",
-        choices=("auto", "none", "gymnasium", "user", "ale"))
+        "auto", "rollout", "How a split's envs are built: none (one gymnasium env each, one call each), gymnasium "
+        "(the id's vector_entry_point, e.g. CartPole-v1), user (register_env(..., vectorized=True)), ale (ale-py's "
+        "AtariVectorEnv), mujoco (MuJoCo ids stepped in batch: Ant-v5), auto (a native vector env where the env "
+        "has one, else none; not yet ale). See docs/environments.md.",
+        choices=("auto", "none", "gymnasium", "user", "ale", "mujoco"))
     serial_mode: bool = flag(False, "rollout", "Run every component on one event loop in this process.")
     async_rl: bool = flag(
         True, "rollout", "Keep sampling while the learner trains (policy lag is measured). False: workers wait "

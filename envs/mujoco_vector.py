@@ -1,0 +1,170 @@
+"""MuJoCo locomotion envs stepped many at once: one `VectorEnv` per split (--env_vectorization=mujoco).
+
+gymnasium's MuJoCo envs spend about a fifth of a step in Python around the physics (docs/environments.md, "MuJoCo
+envs stepped in batch"): reading the body's position, building the observation, the reward terms and the health
+check, each with small numpy calls on one env's arrays. Here a split's N envs are N of gymnasium's own env
+objects (their models, data, random generators and resets), and a step
+
+- runs the physics env by env, as gymnasium does (the action into `ctrl`, `mj_step` for `frame_skip` steps,
+  `mj_rnePostConstraint` for the contact forces) and copies the arrays the env reads into one batch;
+- computes the observations, rewards and terminations of all N at once, with the same numpy operations on the
+  same values in the same order, so they equal gymnasium's bit for bit (tests/test_mujoco_vector.py steps both
+  side by side through resets and time limits);
+- resets an ended env with that env's own `reset()` (the same draws from its generator as the per-env path) on
+  the same step (`AutoresetMode.SAME_STEP`; the last observation is in `info["final_obs"]`), and cuts an episode
+  at the id's `max_episode_steps` as gymnasium's TimeLimit does.
+
+A kind of env is a subclass of `LocomotionVectorEnv` naming the MjData arrays it reads and its observation and
+reward; `KINDS` lists the ids served. The step infos (`x_velocity`, the reward terms) are not built: the trainer
+reads none of them. No rendering: `sf_core.enjoy` and evaluation play single envs through envs/mujoco.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+
+def available() -> bool:
+    """Whether the [mujoco] extra is installed: looked up, not imported, so that only a run that makes these envs
+    pays for the import at start-up."""
+    return importlib.util.find_spec("mujoco") is not None
+
+
+class LocomotionVectorEnv(VectorEnv):
+    """N of gymnasium's env objects of one id, their physics stepped one by one and the rest computed in batch."""
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+    # the MjData arrays a step copies into the batch after the physics, by name (each env's views bound once)
+    FIELDS: tuple[str, ...] = ("qpos", "qvel")
+
+    def __init__(self, env_id: str, num_envs: int):
+        import mujoco
+
+        self.mj_step, self.mj_forces = mujoco.mj_step, mujoco.mj_rnePostConstraint
+        spec = gym.spec(env_id)
+        self.env_id = env_id
+        self.envs = [gym.make(env_id, disable_env_checker=True).unwrapped for _ in range(num_envs)]
+        first = self.envs[0]
+        self.num_envs = num_envs
+        self.single_observation_space = first.observation_space
+        self.single_action_space = first.action_space
+        self.observation_space = batch_space(first.observation_space, num_envs)
+        self.action_space = batch_space(first.action_space, num_envs)
+        self.max_episode_steps = spec.max_episode_steps
+        self.frame_skip, self.dt = first.frame_skip, first.dt
+        self.elapsed = np.zeros(num_envs, dtype=np.int64)
+        # each env's model, data, control and FIELDS arrays (MjData's arrays are views: bound once, read each step)
+        self.physics = [(env.model, env.data, env.data.ctrl,
+                         [(name, getattr(env.data, name)) for name in self.FIELDS]) for env in self.envs]
+        self.batch = {name: np.empty((num_envs, *view.shape), view.dtype) for name, view in self.physics[0][3]}
+
+    # the kind's own ---------------------------------------------------------------------------------------------
+    def before_physics(self, e: int) -> None:
+        """What env e's step reads from the state before its physics (a position, to take a velocity)."""
+
+    def observations(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def rewards_and_health(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    # the VectorEnv API ------------------------------------------------------------------------------------------
+    def reset(self, *, seed: int | list[int | None] | None = None, options: dict | None = None
+              ) -> tuple[np.ndarray, dict]:
+        seeds = [seed + e for e in range(self.num_envs)] if isinstance(seed, int) else seed
+        seeds = seeds if seeds is not None else [None] * self.num_envs
+        obs = np.stack([self._reset(e, s) for e, s in enumerate(seeds)])
+        return obs, {}
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        actions = np.asarray(actions, dtype=self.single_action_space.dtype)
+        step, forces, skip, batch = self.mj_step, self.mj_forces, self.frame_skip, self.batch
+        for e, (model, data, ctrl, views) in enumerate(self.physics):
+            self.before_physics(e)
+            ctrl[:] = actions[e]
+            step(model, data, nstep=skip)
+            forces(model, data)  # the forces an observation or reward reads
+            for name, view in views:
+                batch[name][e] = view
+        obs = self.observations()
+        rewards, healthy = self.rewards_and_health(actions)
+        terminated = ~healthy
+        self.elapsed += 1
+        truncated = self.elapsed >= self.max_episode_steps
+        ended = terminated | truncated
+        if not ended.any():
+            return obs, rewards, terminated, truncated, {}
+        final_obs = obs.copy()
+        for e in np.flatnonzero(ended).tolist():
+            obs[e] = self._reset(e, None)
+        info = {"final_obs": final_obs, "_final_obs": ended, "final_info": {}, "_final_info": ended}
+        return obs, rewards, terminated, truncated, info
+
+    def _reset(self, e: int, seed: int | None) -> np.ndarray:
+        self.elapsed[e] = 0
+        obs, _ = self.envs[e].reset(seed=seed)
+        return obs
+
+    def close(self, **kwargs: Any) -> None:
+        for env in self.envs:
+            env.close()
+
+
+class AntVectorEnv(LocomotionVectorEnv):
+    """Ant-v5 with gymnasium's default arguments: the torso's forward velocity, a healthy reward while the torso's
+    height is in range, the control and contact costs; the observation without the x and y position, with the
+    external contact forces of every body but the world, clipped to [-1, 1]."""
+
+    FIELDS = ("qpos", "qvel", "cfrc_ext")
+
+    def __init__(self, env_id: str, num_envs: int):
+        super().__init__(env_id, num_envs)
+        first = self.envs[0]
+        if not (first._exclude_current_positions_from_observation and first._include_cfrc_ext_in_observation
+                and first._terminate_when_unhealthy):
+            raise ValueError(f"{env_id} is registered with other arguments than Ant-v5's defaults")
+        self.torso = [env.data.body(first._main_body).xpos for env in self.envs]
+        self.xy_before = np.empty((num_envs, 2))
+        self.forward_weight, self.ctrl_weight = first._forward_reward_weight, first._ctrl_cost_weight
+        self.contact_weight, self.healthy_reward = first._contact_cost_weight, first._healthy_reward
+        self.force_range, self.z_range = first._contact_force_range, first._healthy_z_range
+
+    def before_physics(self, e: int) -> None:
+        self.xy_before[e] = self.torso[e][:2]
+
+    def contact_forces(self) -> np.ndarray:
+        return np.clip(self.batch["cfrc_ext"], *self.force_range)
+
+    def observations(self) -> np.ndarray:
+        n = self.num_envs
+        return np.concatenate((self.batch["qpos"][:, 2:], self.batch["qvel"],
+                               self.contact_forces()[:, 1:].reshape(n, -1)), axis=1)
+
+    def rewards_and_health(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        xy_after = np.stack([torso[:2] for torso in self.torso])
+        x_velocity = ((xy_after - self.xy_before) / self.dt)[:, 0]
+        qpos, qvel = self.batch["qpos"], self.batch["qvel"]
+        low, high = self.z_range
+        healthy = (np.isfinite(qpos).all(axis=1) & np.isfinite(qvel).all(axis=1)
+                   & (low <= qpos[:, 2]) & (qpos[:, 2] <= high))
+        ctrl_cost = self.ctrl_weight * np.square(actions).sum(axis=1)
+        # summed over each env's forces as one flat run, the order np.sum takes over one env's [bodies, 6]
+        contact_cost = self.contact_weight * np.square(self.contact_forces()).reshape(self.num_envs, -1).sum(axis=1)
+        rewards = (x_velocity * self.forward_weight + healthy * self.healthy_reward) - (ctrl_cost + contact_cost)
+        return rewards, healthy
+
+
+KINDS: dict[str, type[LocomotionVectorEnv]] = {"Ant-v5": AntVectorEnv}
+
+
+def make_mujoco_vector_env(name: str, num_envs: int, render_mode: str | None = None) -> LocomotionVectorEnv:
+    if render_mode:
+        raise ValueError(f"--env_vectorization=mujoco does not render (render_mode={render_mode!r}): "
+                         f"render through envs/mujoco.py")
+    return KINDS[name](name, num_envs)
