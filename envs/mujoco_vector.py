@@ -68,6 +68,9 @@ class LocomotionVectorEnv(VectorEnv):
     def before_physics(self, e: int) -> None:
         """What env e's step reads from the state before its physics (a position, to take a velocity)."""
 
+    def after_physics(self, e: int) -> None:
+        """What env e's step reads from the state after its physics, besides FIELDS."""
+
     def observations(self) -> np.ndarray:
         raise NotImplementedError
 
@@ -90,6 +93,7 @@ class LocomotionVectorEnv(VectorEnv):
             ctrl[:] = actions[e]
             step(model, data, nstep=skip)
             forces(model, data)  # the forces an observation or reward reads
+            self.after_physics(e)
             for name, view in views:
                 batch[name][e] = view
         obs = self.observations()
@@ -130,13 +134,16 @@ class AntVectorEnv(LocomotionVectorEnv):
                 and first._terminate_when_unhealthy):
             raise ValueError(f"{env_id} is registered with other arguments than Ant-v5's defaults")
         self.torso = [env.data.body(first._main_body).xpos for env in self.envs]
-        self.xy_before = np.empty((num_envs, 2))
+        self.xy_before, self.xy_after = np.empty((num_envs, 2)), np.empty((num_envs, 2))
         self.forward_weight, self.ctrl_weight = first._forward_reward_weight, first._ctrl_cost_weight
         self.contact_weight, self.healthy_reward = first._contact_cost_weight, first._healthy_reward
         self.force_range, self.z_range = first._contact_force_range, first._healthy_z_range
 
     def before_physics(self, e: int) -> None:
         self.xy_before[e] = self.torso[e][:2]
+
+    def after_physics(self, e: int) -> None:
+        self.xy_after[e] = self.torso[e][:2]
 
     def contact_forces(self) -> np.ndarray:
         return np.clip(self.batch["cfrc_ext"], *self.force_range)
@@ -147,8 +154,7 @@ class AntVectorEnv(LocomotionVectorEnv):
                                self.contact_forces()[:, 1:].reshape(n, -1)), axis=1)
 
     def rewards_and_health(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        xy_after = np.stack([torso[:2] for torso in self.torso])
-        x_velocity = ((xy_after - self.xy_before) / self.dt)[:, 0]
+        x_velocity = ((self.xy_after - self.xy_before) / self.dt)[:, 0]
         qpos, qvel = self.batch["qpos"], self.batch["qvel"]
         low, high = self.z_range
         healthy = (np.isfinite(qpos).all(axis=1) & np.isfinite(qvel).all(axis=1)
@@ -160,7 +166,54 @@ class AntVectorEnv(LocomotionVectorEnv):
         return rewards, healthy
 
 
-KINDS: dict[str, type[LocomotionVectorEnv]] = {"Ant-v5": AntVectorEnv}
+class HumanoidVectorEnv(LocomotionVectorEnv):
+    """Humanoid-v5 with gymnasium's default arguments: the mass centre's forward velocity, a healthy reward while
+    the torso's height is in range, the control cost (of `ctrl`) and the contact cost (capped); the observation
+    without the x and y position, with the bodies' inertia and velocity, the actuator forces and the contact
+    forces of every body but the world."""
+
+    FIELDS = ("qpos", "qvel", "ctrl", "cinert", "cvel", "qfrc_actuator", "cfrc_ext")
+
+    def __init__(self, env_id: str, num_envs: int):
+        from gymnasium.envs.mujoco.humanoid_v5 import mass_center
+
+        super().__init__(env_id, num_envs)
+        first = self.envs[0]
+        if not (first._exclude_current_positions_from_observation and first._include_cinert_in_observation
+                and first._include_cvel_in_observation and first._include_qfrc_actuator_in_observation
+                and first._include_cfrc_ext_in_observation and first._terminate_when_unhealthy):
+            raise ValueError(f"{env_id} is registered with other arguments than Humanoid-v5's defaults")
+        self.mass_center = mass_center  # gymnasium's own, per env: the same sums in the same order
+        self.xy_before, self.xy_after = np.empty((num_envs, 2)), np.empty((num_envs, 2))
+        self.forward_weight, self.ctrl_weight = first._forward_reward_weight, first._ctrl_cost_weight
+        self.contact_weight, self.contact_range = first._contact_cost_weight, first._contact_cost_range
+        self.healthy_reward, self.z_range = first._healthy_reward, first._healthy_z_range
+
+    def before_physics(self, e: int) -> None:
+        self.xy_before[e] = self.mass_center(self.envs[e].model, self.envs[e].data)
+
+    def after_physics(self, e: int) -> None:
+        self.xy_after[e] = self.mass_center(self.envs[e].model, self.envs[e].data)
+
+    def observations(self) -> np.ndarray:
+        b, n = self.batch, self.num_envs
+        return np.concatenate((b["qpos"][:, 2:], b["qvel"], b["cinert"][:, 1:].reshape(n, -1),
+                               b["cvel"][:, 1:].reshape(n, -1), b["qfrc_actuator"][:, 6:],
+                               b["cfrc_ext"][:, 1:].reshape(n, -1)), axis=1)
+
+    def rewards_and_health(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x_velocity = ((self.xy_after - self.xy_before) / self.dt)[:, 0]
+        z = self.batch["qpos"][:, 2]
+        low, high = self.z_range
+        healthy = (low < z) & (z < high)
+        ctrl_cost = self.ctrl_weight * np.square(self.batch["ctrl"]).sum(axis=1)
+        forces = np.square(self.batch["cfrc_ext"]).reshape(self.num_envs, -1).sum(axis=1)
+        contact_cost = np.clip(self.contact_weight * forces, *self.contact_range)
+        rewards = (self.forward_weight * x_velocity + healthy * self.healthy_reward) - (ctrl_cost + contact_cost)
+        return rewards, healthy
+
+
+KINDS: dict[str, type[LocomotionVectorEnv]] = {"Ant-v5": AntVectorEnv, "Humanoid-v5": HumanoidVectorEnv}
 
 
 def make_mujoco_vector_env(name: str, num_envs: int, render_mode: str | None = None) -> LocomotionVectorEnv:

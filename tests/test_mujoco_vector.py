@@ -18,24 +18,26 @@ from tests.helpers import read_summary
 
 extra("mujoco", "mujoco")
 
-N, LIMIT = 6, 60
+N = 6
 
 
-def test_a_batch_of_ants_steps_as_gymnasiums_ants_bit_for_bit():
-    batch = make_mujoco_vector_env("Ant-v5", N)
-    batch.max_episode_steps = LIMIT  # as gymnasium.make's max_episode_steps: episodes cut within the test
-    singles = [gym.make("Ant-v5", max_episode_steps=LIMIT) for _ in range(N)]
+# an episode limit that cuts some episodes and sees others end first (random humanoids fall within ~20 steps)
+@pytest.mark.parametrize("env_id, obs_size, actions, limit", [("Ant-v5", 105, 8, 60), ("Humanoid-v5", 348, 17, 22)])
+def test_a_batch_steps_as_gymnasiums_envs_bit_for_bit(env_id, obs_size, actions, limit):
+    batch = make_mujoco_vector_env(env_id, N)
+    batch.max_episode_steps = limit  # as gymnasium.make's max_episode_steps: episodes cut within the test
+    singles = [gym.make(env_id, max_episode_steps=limit) for _ in range(N)]
     obs, _ = batch.reset(seed=7)
-    assert obs.dtype == np.float64 and obs.shape == (N, 105)
+    assert obs.dtype == np.float64 and obs.shape == (N, obs_size)
     assert (obs == np.stack([env.reset(seed=7 + e)[0] for e, env in enumerate(singles)])).all()
     rng = np.random.default_rng(0)
     ends = {"terminated": 0, "truncated": 0}
     for t in range(400):
-        scale = 3.0 if t % 5 == 0 else 1.0  # strong kicks now and then: the ants fall over, episodes terminate
-        actions = np.clip(rng.uniform(-1, 1, (N, 8)) * scale, -1, 1).astype(np.float32)
-        obs, rewards, terminated, truncated, info = batch.step(actions)
+        scale = 3.0 if t % 5 == 0 else 1.0  # strong kicks now and then: the bodies fall over, episodes terminate
+        action = np.clip(rng.uniform(-1, 1, (N, actions)) * scale, -1, 1).astype(np.float32)
+        obs, rewards, terminated, truncated, info = batch.step(action)
         for e, env in enumerate(singles):
-            single_obs, reward, term, trunc, _ = env.step(actions[e])
+            single_obs, reward, term, trunc, _ = env.step(action[e])
             assert (rewards[e], terminated[e], truncated[e]) == (reward, term, trunc), (t, e)
             if term or trunc:
                 ends["terminated" if term else "truncated"] += 1
@@ -67,7 +69,7 @@ def test_auto_picks_the_mujoco_backend_for_ant_and_only_where_it_serves():
     own = EnvRegistry({"Ant-v5": lambda name, cfg, ctx: gym.make("Ant-v5")})
     assert backend("Ant-v5", registry=own) is None  # a user's own factory for the id is theirs to step
     with pytest.raises(ConfigError, match=r"--env_vectorization=mujoco cannot serve env 'HalfCheetah-v5': it "
-                                          r"serves the MuJoCo ids with a batched step \(Ant-v5\)"):
+                                          r"serves the MuJoCo ids with a batched step \(Ant-v5, Humanoid-v5\)"):
         backend("HalfCheetah-v5", "mujoco")
     with pytest.raises(ValueError, match="does not render"):
         make_mujoco_vector_env("Ant-v5", 1, render_mode="rgb_array")
