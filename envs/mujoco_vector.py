@@ -213,7 +213,72 @@ class HumanoidVectorEnv(LocomotionVectorEnv):
         return rewards, healthy
 
 
-KINDS: dict[str, type[LocomotionVectorEnv]] = {"Ant-v5": AntVectorEnv, "Humanoid-v5": HumanoidVectorEnv}
+class PlanarVectorEnv(LocomotionVectorEnv):
+    """The planar bodies of gymnasium's v5 ids with their default arguments: the forward velocity of the root's x
+    position, the control cost; the observation without the x position."""
+
+    def __init__(self, env_id: str, num_envs: int):
+        super().__init__(env_id, num_envs)
+        first = self.envs[0]
+        if not first._exclude_current_positions_from_observation:
+            raise ValueError(f"{env_id} is registered with other arguments than the v5 id's defaults")
+        self.x_before = np.empty(num_envs)
+        self.forward_weight, self.ctrl_weight = first._forward_reward_weight, first._ctrl_cost_weight
+
+    def before_physics(self, e: int) -> None:
+        self.x_before[e] = self.physics[e][1].qpos[0]
+
+    def x_velocity(self) -> np.ndarray:
+        return (self.batch["qpos"][:, 0] - self.x_before) / self.dt
+
+    def control_cost(self, actions: np.ndarray) -> np.ndarray:
+        return self.ctrl_weight * np.square(actions).sum(axis=1)
+
+
+class HalfCheetahVectorEnv(PlanarVectorEnv):
+    """HalfCheetah-v5: runs until the time limit cuts the episode."""
+
+    def observations(self) -> np.ndarray:
+        return np.concatenate((self.batch["qpos"][:, 1:], self.batch["qvel"]), axis=1)
+
+    def rewards_and_health(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rewards = self.forward_weight * self.x_velocity() - self.control_cost(actions)
+        return rewards, np.ones(self.num_envs, dtype=bool)
+
+
+class UprightVectorEnv(PlanarVectorEnv):
+    """Hopper-v5 and Walker2d-v5: a healthy reward while the torso's height and angle are in range (and, for
+    Hopper, every other coordinate and velocity), the end of the episode when not; the velocities observed are
+    clipped to ±10."""
+
+    def __init__(self, env_id: str, num_envs: int):
+        super().__init__(env_id, num_envs)
+        first = self.envs[0]
+        if not first._terminate_when_unhealthy:
+            raise ValueError(f"{env_id} is registered with other arguments than the v5 id's defaults")
+        self.healthy_reward, self.z_range = first._healthy_reward, first._healthy_z_range
+        self.angle_range = first._healthy_angle_range
+        self.state_range = getattr(first, "_healthy_state_range", None)  # Hopper's; Walker2d has none
+
+    def observations(self) -> np.ndarray:
+        return np.concatenate((self.batch["qpos"][:, 1:], np.clip(self.batch["qvel"], -10, 10)), axis=1)
+
+    def rewards_and_health(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        qpos = self.batch["qpos"]
+        z, angle = qpos[:, 1], qpos[:, 2]
+        healthy = ((self.z_range[0] < z) & (z < self.z_range[1])
+                   & (self.angle_range[0] < angle) & (angle < self.angle_range[1]))
+        if self.state_range is not None:
+            low, high = self.state_range
+            state = np.concatenate((qpos[:, 2:], self.batch["qvel"]), axis=1)
+            healthy &= ((low < state) & (state < high)).all(axis=1)
+        forward = self.forward_weight * self.x_velocity()
+        return (forward + healthy * self.healthy_reward) - self.control_cost(actions), healthy
+
+
+KINDS: dict[str, type[LocomotionVectorEnv]] = {
+    "Ant-v5": AntVectorEnv, "Humanoid-v5": HumanoidVectorEnv, "HalfCheetah-v5": HalfCheetahVectorEnv,
+    "Hopper-v5": UprightVectorEnv, "Walker2d-v5": UprightVectorEnv}
 
 
 def make_mujoco_vector_env(name: str, num_envs: int, render_mode: str | None = None) -> LocomotionVectorEnv:

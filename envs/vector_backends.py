@@ -13,7 +13,7 @@ builds the split as one VectorEnv instead, stepped with one call (sf_core/sampli
   `VectorEnvContext`);
 - `ale`: ale-py's AtariVectorEnv for the Atari names envs/atari.py serves, preprocessed as it does
   (envs/atari_vector.py);
-- `mujoco`: the MuJoCo ids with a batched step of their own (Ant-v5, Humanoid-v5): gymnasium's env objects,
+- `mujoco`: the MuJoCo ids with a batched step of their own (the v5 locomotion ids): gymnasium's env objects,
   their physics stepped one by one and the observations, rewards and terminations computed for the split at once,
   equal to gymnasium's (envs/mujoco_vector.py);
 - `auto` (the default): the first backend of `BACKENDS` that serves the env and that `auto` may pick, else

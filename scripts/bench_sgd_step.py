@@ -14,7 +14,8 @@ on the device and read once per dataset (algo/non_finite.py; what a learner on a
 
 With --iteration it also times the learner's whole training iteration on one dataset of the preset's size
 (`Trainer.train`, as the learner runs it: the preset's graph, so the values, GAE, every epoch of every model's
-update, a split actor and critic's two updates), on synthetic samples.
+update, a split actor and critic's two updates), on synthetic samples, and on the CPU each node of its graph
+apart (which of them sampling waits for at lag 0: with a split actor and critic, the nodes up to the actor's update).
 
 Observations are random samples of the env's observation space (stored dtype, e.g. uint8 frames), so
 the preprocessing the learner does (conversion, scaling, normalisation) is timed too. Figures are the
@@ -154,7 +155,30 @@ def time_iteration(cfg: Config, obs_space: gym.Space, action_space: gym.Space, d
     data["log_prob"].fill_(-1.0)
     data["rewards"].copy_(torch.rand(data["rewards"].shape))
     data["dones"].copy_(torch.rand(data["dones"].shape) < 0.01)
-    return best_ms(lambda: trainer.train(data, cfg.learning_rate, 0), device, calls=1), rollout * trajectories
+    node_seconds = time_nodes(trainer) if device == "cpu" else None
+    total_ms = best_ms(lambda: trainer.train(data, cfg.learning_rate, 0), device, calls=1)
+    if node_seconds is not None:  # the warm-up's and every repeat's: 4 iterations
+        print("the iteration's nodes, ms of thread CPU time each (mean of 4 iterations): " + ", ".join(
+            f"{name} {seconds / 4 * 1e3:.1f}" for name, seconds in node_seconds.items() if seconds >= 5e-4))
+    return total_ms, rollout * trajectories
+
+
+def time_nodes(trainer: Trainer) -> dict[str, float]:
+    """Wraps each node of the trainer's graph to add up its thread CPU time, by name (a node that runs on a
+    thread of its own, --overlap_graph_nodes, is timed on that thread)."""
+    seconds: dict[str, float] = {}
+    for node in (trainer.executor.graph.nodes[name]["node"] for name in trainer.executor.graph):
+        seconds[node.name] = 0.0
+
+        def timed(ctx, x, fn=node.fn, name=node.name):
+            started = time.thread_time()
+            try:
+                return fn(ctx, x)
+            finally:
+                seconds[name] += time.thread_time() - started
+
+        object.__setattr__(node, "fn", timed)  # a Node may be frozen
+    return seconds
 
 
 def report_iterations(cfg: Config, obs_space: gym.Space, action_space: gym.Space, device: str, graphs: bool) -> None:

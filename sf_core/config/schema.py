@@ -114,7 +114,7 @@ class Config:
     env_vectorization: str = flag(
         "auto", "rollout", "How a split's envs are built: none (one gymnasium env each, one call each), gymnasium "
         "(the id's vector_entry_point, e.g. CartPole-v1), user (register_env(..., vectorized=True)), ale (ale-py's "
-        "AtariVectorEnv), mujoco (MuJoCo ids stepped in batch: Ant-v5, Humanoid-v5), auto (a native vector env "
+        "AtariVectorEnv), mujoco (MuJoCo v5 locomotion ids stepped in batch), auto (a native vector env "
         "where the env has one, else none; not yet ale). See docs/environments.md.",
         choices=("auto", "none", "gymnasium", "user", "ale", "mujoco"))
     serial_mode: bool = flag(False, "rollout", "Run every component on one event loop in this process.")
