@@ -42,15 +42,21 @@ class LocomotionVectorEnv(VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
     # the MjData arrays a step copies into the batch after the physics, by name (each env's views bound once)
     FIELDS: tuple[str, ...] = ("qpos", "qvel")
+    # the env's options (gymnasium's defaults) the kind's batch computes as gymnasium does: all must hold
+    REQUIRED: tuple[str, ...] = ("_exclude_current_positions_from_observation",)
 
     def __init__(self, env_id: str, num_envs: int):
         import mujoco
 
         self.mj_step, self.mj_forces = mujoco.mj_step, mujoco.mj_rnePostConstraint
         spec = gym.spec(env_id)
-        self.env_id = env_id
         self.envs = [gym.make(env_id, disable_env_checker=True).unwrapped for _ in range(num_envs)]
         first = self.envs[0]
+        other = [option for option in self.REQUIRED if not getattr(first, option)]
+        if other:
+            raise ValueError(f"{env_id} is registered with other arguments than the v5 id's defaults "
+                             f"({', '.join(name.strip('_') for name in other)} is off)")
+        self.forward_weight, self.ctrl_weight = first._forward_reward_weight, first._ctrl_cost_weight
         self.num_envs = num_envs
         self.single_observation_space = first.observation_space
         self.single_action_space = first.action_space
@@ -63,13 +69,16 @@ class LocomotionVectorEnv(VectorEnv):
         self.physics = [(env.model, env.data, env.data.ctrl,
                          [(name, getattr(env.data, name)) for name in self.FIELDS]) for env in self.envs]
         self.batch = {name: np.empty((num_envs, *view.shape), view.dtype) for name, view in self.physics[0][3]}
+        self.before, self.after = np.empty((num_envs, 2)), np.empty((num_envs, 2))  # position() around the physics
+
+    def x_velocity(self) -> np.ndarray:
+        """Each env's velocity along x over the step, as gymnasium takes it from the position before and after."""
+        return ((self.after - self.before) / self.dt)[:, 0]
 
     # the kind's own ---------------------------------------------------------------------------------------------
-    def before_physics(self, e: int) -> None:
-        """What env e's step reads from the state before its physics (a position, to take a velocity)."""
-
-    def after_physics(self, e: int) -> None:
-        """What env e's step reads from the state after its physics, besides FIELDS."""
+    def position(self, e: int) -> np.ndarray | float:
+        """The position of env e whose x velocity the reward pays (x, y; or x alone)."""
+        raise NotImplementedError
 
     def observations(self) -> np.ndarray:
         raise NotImplementedError
@@ -89,11 +98,11 @@ class LocomotionVectorEnv(VectorEnv):
         actions = np.asarray(actions, dtype=self.single_action_space.dtype)
         step, forces, skip, batch = self.mj_step, self.mj_forces, self.frame_skip, self.batch
         for e, (model, data, ctrl, views) in enumerate(self.physics):
-            self.before_physics(e)
+            self.before[e] = self.position(e)
             ctrl[:] = actions[e]
             step(model, data, nstep=skip)
             forces(model, data)  # the forces an observation or reward reads
-            self.after_physics(e)
+            self.after[e] = self.position(e)
             for name, view in views:
                 batch[name][e] = view
         obs = self.observations()
@@ -126,24 +135,17 @@ class AntVectorEnv(LocomotionVectorEnv):
     external contact forces of every body but the world, clipped to [-1, 1]."""
 
     FIELDS = ("qpos", "qvel", "cfrc_ext")
+    REQUIRED = LocomotionVectorEnv.REQUIRED + ("_include_cfrc_ext_in_observation", "_terminate_when_unhealthy")
 
     def __init__(self, env_id: str, num_envs: int):
         super().__init__(env_id, num_envs)
         first = self.envs[0]
-        if not (first._exclude_current_positions_from_observation and first._include_cfrc_ext_in_observation
-                and first._terminate_when_unhealthy):
-            raise ValueError(f"{env_id} is registered with other arguments than Ant-v5's defaults")
         self.torso = [env.data.body(first._main_body).xpos for env in self.envs]
-        self.xy_before, self.xy_after = np.empty((num_envs, 2)), np.empty((num_envs, 2))
-        self.forward_weight, self.ctrl_weight = first._forward_reward_weight, first._ctrl_cost_weight
         self.contact_weight, self.healthy_reward = first._contact_cost_weight, first._healthy_reward
         self.force_range, self.z_range = first._contact_force_range, first._healthy_z_range
 
-    def before_physics(self, e: int) -> None:
-        self.xy_before[e] = self.torso[e][:2]
-
-    def after_physics(self, e: int) -> None:
-        self.xy_after[e] = self.torso[e][:2]
+    def position(self, e: int) -> np.ndarray:
+        return self.torso[e][:2]
 
     def contact_forces(self) -> np.ndarray:
         return np.clip(self.batch["cfrc_ext"], *self.force_range)
@@ -154,7 +156,6 @@ class AntVectorEnv(LocomotionVectorEnv):
                                self.contact_forces()[:, 1:].reshape(n, -1)), axis=1)
 
     def rewards_and_health(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        x_velocity = ((self.xy_after - self.xy_before) / self.dt)[:, 0]
         qpos, qvel = self.batch["qpos"], self.batch["qvel"]
         low, high = self.z_range
         healthy = (np.isfinite(qpos).all(axis=1) & np.isfinite(qvel).all(axis=1)
@@ -162,8 +163,8 @@ class AntVectorEnv(LocomotionVectorEnv):
         ctrl_cost = self.ctrl_weight * np.square(actions).sum(axis=1)
         # summed over each env's forces as one flat run, the order np.sum takes over one env's [bodies, 6]
         contact_cost = self.contact_weight * np.square(self.contact_forces()).reshape(self.num_envs, -1).sum(axis=1)
-        rewards = (x_velocity * self.forward_weight + healthy * self.healthy_reward) - (ctrl_cost + contact_cost)
-        return rewards, healthy
+        forward = self.x_velocity() * self.forward_weight
+        return (forward + healthy * self.healthy_reward) - (ctrl_cost + contact_cost), healthy
 
 
 class HumanoidVectorEnv(LocomotionVectorEnv):
@@ -173,27 +174,21 @@ class HumanoidVectorEnv(LocomotionVectorEnv):
     forces of every body but the world."""
 
     FIELDS = ("qpos", "qvel", "ctrl", "cinert", "cvel", "qfrc_actuator", "cfrc_ext")
+    REQUIRED = LocomotionVectorEnv.REQUIRED + (
+        "_include_cinert_in_observation", "_include_cvel_in_observation", "_include_qfrc_actuator_in_observation",
+        "_include_cfrc_ext_in_observation", "_terminate_when_unhealthy")
 
     def __init__(self, env_id: str, num_envs: int):
         from gymnasium.envs.mujoco.humanoid_v5 import mass_center
 
         super().__init__(env_id, num_envs)
         first = self.envs[0]
-        if not (first._exclude_current_positions_from_observation and first._include_cinert_in_observation
-                and first._include_cvel_in_observation and first._include_qfrc_actuator_in_observation
-                and first._include_cfrc_ext_in_observation and first._terminate_when_unhealthy):
-            raise ValueError(f"{env_id} is registered with other arguments than Humanoid-v5's defaults")
         self.mass_center = mass_center  # gymnasium's own, per env: the same sums in the same order
-        self.xy_before, self.xy_after = np.empty((num_envs, 2)), np.empty((num_envs, 2))
-        self.forward_weight, self.ctrl_weight = first._forward_reward_weight, first._ctrl_cost_weight
         self.contact_weight, self.contact_range = first._contact_cost_weight, first._contact_cost_range
         self.healthy_reward, self.z_range = first._healthy_reward, first._healthy_z_range
 
-    def before_physics(self, e: int) -> None:
-        self.xy_before[e] = self.mass_center(self.envs[e].model, self.envs[e].data)
-
-    def after_physics(self, e: int) -> None:
-        self.xy_after[e] = self.mass_center(self.envs[e].model, self.envs[e].data)
+    def position(self, e: int) -> np.ndarray:
+        return self.mass_center(self.envs[e].model, self.envs[e].data)
 
     def observations(self) -> np.ndarray:
         b, n = self.batch, self.num_envs
@@ -202,15 +197,14 @@ class HumanoidVectorEnv(LocomotionVectorEnv):
                                b["cfrc_ext"][:, 1:].reshape(n, -1)), axis=1)
 
     def rewards_and_health(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        x_velocity = ((self.xy_after - self.xy_before) / self.dt)[:, 0]
         z = self.batch["qpos"][:, 2]
         low, high = self.z_range
         healthy = (low < z) & (z < high)
         ctrl_cost = self.ctrl_weight * np.square(self.batch["ctrl"]).sum(axis=1)
         forces = np.square(self.batch["cfrc_ext"]).reshape(self.num_envs, -1).sum(axis=1)
         contact_cost = np.clip(self.contact_weight * forces, *self.contact_range)
-        rewards = (self.forward_weight * x_velocity + healthy * self.healthy_reward) - (ctrl_cost + contact_cost)
-        return rewards, healthy
+        forward = self.forward_weight * self.x_velocity()
+        return (forward + healthy * self.healthy_reward) - (ctrl_cost + contact_cost), healthy
 
 
 class PlanarVectorEnv(LocomotionVectorEnv):
@@ -219,17 +213,10 @@ class PlanarVectorEnv(LocomotionVectorEnv):
 
     def __init__(self, env_id: str, num_envs: int):
         super().__init__(env_id, num_envs)
-        first = self.envs[0]
-        if not first._exclude_current_positions_from_observation:
-            raise ValueError(f"{env_id} is registered with other arguments than the v5 id's defaults")
-        self.x_before = np.empty(num_envs)
-        self.forward_weight, self.ctrl_weight = first._forward_reward_weight, first._ctrl_cost_weight
+        self.qpos = [env.data.qpos for env in self.envs]
 
-    def before_physics(self, e: int) -> None:
-        self.x_before[e] = self.physics[e][1].qpos[0]
-
-    def x_velocity(self) -> np.ndarray:
-        return (self.batch["qpos"][:, 0] - self.x_before) / self.dt
+    def position(self, e: int) -> float:
+        return self.qpos[e][0]
 
     def control_cost(self, actions: np.ndarray) -> np.ndarray:
         return self.ctrl_weight * np.square(actions).sum(axis=1)
@@ -251,11 +238,11 @@ class UprightVectorEnv(PlanarVectorEnv):
     Hopper, every other coordinate and velocity), the end of the episode when not; the velocities observed are
     clipped to ±10."""
 
+    REQUIRED = PlanarVectorEnv.REQUIRED + ("_terminate_when_unhealthy",)
+
     def __init__(self, env_id: str, num_envs: int):
         super().__init__(env_id, num_envs)
         first = self.envs[0]
-        if not first._terminate_when_unhealthy:
-            raise ValueError(f"{env_id} is registered with other arguments than the v5 id's defaults")
         self.healthy_reward, self.z_range = first._healthy_reward, first._healthy_z_range
         self.angle_range = first._healthy_angle_range
         self.state_range = getattr(first, "_healthy_state_range", None)  # Hopper's; Walker2d has none
