@@ -156,10 +156,17 @@ def time_iteration(cfg: Config, obs_space: gym.Space, action_space: gym.Space, d
     data["rewards"].copy_(torch.rand(data["rewards"].shape))
     data["dones"].copy_(torch.rand(data["dones"].shape) < 0.01)
     node_seconds = time_nodes(trainer) if device == "cpu" else None
-    total_ms = best_ms(lambda: trainer.train(data, cfg.learning_rate, 0), device, calls=1)
-    if node_seconds is not None:  # the warm-up's and every repeat's: 4 iterations
-        print("the iteration's nodes, ms of thread CPU time each (mean of 4 iterations): " + ", ".join(
-            f"{name} {seconds / 4 * 1e3:.1f}" for name, seconds in node_seconds.items() if seconds >= 5e-4))
+    iterations = []
+
+    def iteration() -> None:
+        trainer.train(data, cfg.learning_rate, 0)
+        iterations.append(1)
+
+    total_ms = best_ms(iteration, device, calls=1)
+    if node_seconds is not None:  # the warm-up's and every repeat's
+        n = len(iterations)
+        print(f"the iteration's nodes, ms of thread CPU time each (mean of {n} iterations): " + ", ".join(
+            f"{name} {seconds / n * 1e3:.1f}" for name, seconds in node_seconds.items() if seconds >= 5e-4))
     return total_ms, rollout * trajectories
 
 
