@@ -123,7 +123,7 @@ def test_the_pages_example_runs_as_written(tmp_path):
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     evaluation = re.search(r"evaluation: ([\d.]+) ± ([\d.]+)", done.stdout)
-    # a random policy plays 22; the one of the moment the training mean first passes 475 evaluated at 288-500
-    assert evaluation and float(evaluation.group(1)) >= 200, done.stdout
+    # a random policy plays 22; after the preset's 1M frames the policy evaluated at 500 in each run on record
+    assert evaluation and float(evaluation.group(1)) >= 475, done.stdout
     summary = json.loads((tmp_path / "train_dir" / "cartpole_api" / "training_summary.json").read_text())
-    assert summary["time_to_target"] is not None
+    assert summary["frames"] >= 1_000_000

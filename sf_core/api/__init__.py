@@ -1,6 +1,6 @@
 """The Python API, for a script or a notebook (docs/python_api.md):
 
-    trainer = Trainer(env="CartPole-v1", experiment="cartpole", target_mean_return=475)
+    trainer = Trainer(env="CartPole-v1", experiment="cartpole")  # the preset's budget: 1M frames
     result = trainer.train()                       # the flags of `python -m sf_core.train`, as keywords
     policy = result.load_policy()                  # best.pt, or any checkpoint with load_policy(path)
     action, state = policy.predict(obs, deterministic=True)
