@@ -69,7 +69,7 @@ def act_once(use_rnn: bool, io: DeviceIO | None = None, device: str = "cpu", **f
                              buffers, SharedWeights(model, NoLock()), layout, obs, actions, spec, device, seed=0)
     worker.on_start()
     if io is not None:
-        worker.io = io
+        worker.actor.io = io
     torch.manual_seed(5)  # the same action samples
     worker.policy_request(0, 1, 1, 2, int(RowOrigin.AFTER_STEP), False)
     worker.policy_request(0, 0, 0, 0, int(RowOrigin.AFTER_RESET), False)

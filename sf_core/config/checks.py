@@ -82,3 +82,14 @@ def check_policies(cfg: Config) -> None:
     if cfg.num_policies > 1 and cfg.datasets_ahead():
         raise ConfigError("--num_batches_to_accumulate trains one policy: with several, a trajectory slot holds "
                           "rows of several policies and cannot wait for all of their learners; leave it at 0")
+
+
+@register_check
+def check_inference_in_rollout_workers(cfg: Config) -> None:
+    if not cfg.inference_in_rollout_workers:
+        return
+    if cfg.num_policies > 1:
+        raise ConfigError("--inference_in_rollout_workers runs one policy in each rollout worker; with "
+                          f"--num_policies={cfg.num_policies} use inference workers (leave it False)")
+    if cfg.ray_address:
+        raise ConfigError("--inference_in_rollout_workers is for one machine; not with --ray_address")

@@ -103,9 +103,9 @@ class Config:
     # --- rollout
     num_workers: int = flag(max(1, os.cpu_count() or 1), "rollout", "Rollout worker processes (on a cluster, per node). Untyped: one per usable core, or one per 2 where a native vector env steps 256 envs or more a worker (sf_core/machine/fit.py).")
     num_envs_per_worker: int = flag(8, "rollout", "Envs each rollout worker steps. Untyped and not set by a preset: 8, or 16 with a GPU.")
-    worker_num_splits: int = flag(
-        2, "rollout", "Groups a worker's envs are split into; one group steps while another waits for actions.")
+    worker_num_splits: int = flag(2, "rollout", "Groups a worker's envs are split into; one group steps while another waits for actions.")
     policy_workers_per_policy: int = flag(1, "rollout", "Inference workers (batched policy forward passes). Untyped: one per 8 rollout workers (at most 4, one per 4 cores).")
+    inference_in_rollout_workers: bool = flag(False, "rollout", "Each rollout worker runs the policy on its own envs, on the CPU, instead of asking an inference worker (none is started): no messages or process switches per step, the better choice for small models on few cores (docs/performance.md). One policy.")
     rollout: int = flag(32, "rollout", "Trajectory length in env steps, the unit the learner trains on.")
     batched_sampling: bool = flag(
         True, "rollout", "True: step each split's single-agent envs as one batch (the fast path). False: step "

@@ -120,6 +120,7 @@ class RolloutReport:
     metrics: list[Metric] = field(default_factory=list)
     skipped_metrics: dict[str, str] = field(default_factory=dict)  # key -> why a value was skipped (once per key)
     incarnation: int = 0  # of the worker's process: 1 and up for a replacement (sf_core/run/worker_replacement.py)
+    act_seconds: float = 0.0  # spent on the policy's forward passes (--inference_in_rollout_workers)
 
 
 def inference_worker_name(policy: int, index: int, num_policies: int) -> str:
@@ -242,6 +243,15 @@ ENVS_STEPPED = Signal("envs_stepped", _envs_stepped, "a rollout worker's split s
                       "the same rollout worker")
 
 
+def _act_locally() -> None:
+    """--inference_in_rollout_workers: the worker's splits that asked for actions since the last one; the worker
+    acts for all of them in one forward pass (as an inference worker's flush_requests does), then steps them."""
+
+
+ACT_LOCALLY = Signal("act_locally", _act_locally, "a rollout worker, at its first request since it last acted",
+                     "the same rollout worker")
+
+
 def _new_trajectories(slot: int) -> None:
     """Every row of `slot` holds a finished trajectory (policy p's batcher copies the rows p acted on)."""
 
@@ -343,6 +353,6 @@ def _stop() -> None:
 STOP = Signal("stop", _stop, "runner", "every component")
 
 
-ALL: tuple[Signal, ...] = (POLICY_REQUEST, FLUSH_REQUESTS, ADVANCE, RESEND_REQUESTS, ENVS_STEPPED, NEW_TRAJECTORIES,
-                           BATCH_READY, BATCH_CONSUMED, SLOTS_FREED, SHARD_TAKEN, SHARDS_ARRIVED, SAVE_CHECKPOINT,
-                           PBT_REPLACE, CHECKPOINT_SAVED, EVALUATE, REPORT, COMPONENT_ERROR, STOP)
+ALL: tuple[Signal, ...] = (POLICY_REQUEST, FLUSH_REQUESTS, ADVANCE, RESEND_REQUESTS, ENVS_STEPPED, ACT_LOCALLY,
+                           NEW_TRAJECTORIES, BATCH_READY, BATCH_CONSUMED, SLOTS_FREED, SHARD_TAKEN, SHARDS_ARRIVED,
+                           SAVE_CHECKPOINT, PBT_REPLACE, CHECKPOINT_SAVED, EVALUATE, REPORT, COMPONENT_ERROR, STOP)

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
@@ -47,6 +45,7 @@ from sf_core.learning.learner import Learner, learner_name
 from sf_core.machine.start_method import mp_context, start_method
 from sf_core.sampling import policy_mapping
 from sf_core.sampling.inference_worker import InferenceWorker
+from sf_core.sampling.local_acting import LocalPolicy
 from sf_core.sampling.periodic_evaluator import EVALUATOR, Evaluator
 from sf_core.sampling.rollout_worker import RolloutWorker
 from sf_core.service import training as services
@@ -159,10 +158,15 @@ def component_names(cfg: Config, sink: DatasetSink | None = None) -> list[str]:
     """Every component's name (a heartbeat each); with a `sink`, its components instead of the learners."""
     n = cfg.num_policies
     learners = [(sink.name if sink else learner_name)(p, n) for p in range(n)]
-    return ([sig.inference_worker_name(p, i, n) for p in range(n) for i in range(cfg.policy_workers_per_policy)]
+    return ([sig.inference_worker_name(p, i, n) for p in range(n) for i in range(inference_workers(cfg))]
             + [f"rollout_worker_{w}" for w in range(cfg.num_workers)]
             + learners + [batcher_name(p, n) for p in range(n)]
             + ([EVALUATOR] if cfg.eval_every_env_steps and sink is None else []))
+
+
+def inference_workers(cfg: Config) -> int:
+    """Inference workers per policy: none where the rollout workers run the policy themselves."""
+    return 0 if cfg.inference_in_rollout_workers else cfg.policy_workers_per_policy
 
 
 @dataclass
@@ -193,7 +197,7 @@ def build_components(setup: Setup, runner: Component, sink: DatasetSink | None =
     spec = setup.models[0].spec
     buffers = TrajectoryBuffers(layout, SampleSpaces(setup.obs_space, setup.action_space, setup.models[0].rnn_state_size))
     control = ControlBlock(None if cfg.serial_mode else component_names(cfg, sink), cfg.num_workers,
-                           cfg.num_policies * cfg.policy_workers_per_policy)
+                           cfg.num_policies * inference_workers(cfg))
     topology = Topology(control=control)
     for model, version in zip(setup.models, setup.versions):
         topology.weights.append(SharedWeights(model, make_lock(cfg.serial_mode, ctx)))
@@ -226,14 +230,7 @@ def build_components(setup: Setup, runner: Component, sink: DatasetSink | None =
     if isinstance(learner, Learner) and learner.group is not None:
         topology.processes += followers.follower_processes(ctx, learner.group, learner.trainer, learner.datasets,
                                                            learner.weights, cfg.torch_threads)
-    mapping = policy_mapping.resolve(cfg.policy_mapping)
-    workers = []
-    for w in range(cfg.num_workers):
-        loop, proc = host(f"rollout_worker_{w}")
-        workers.append(RolloutWorker(loop, w, cfg, setup.registry, buffers, layout, setup.seed, topology.control,
-                                     mapping, setup.sampler))
-        if proc:
-            proc.reporter = workers[-1]
+    workers = _build_workers(setup, buffers, layout, topology, host, spec)
     # started in this order, as before several policies existed: inference, rollout workers, learners
     order = ("inference_worker", "rollout_worker")
     topology.processes.sort(key=lambda proc: next((k for k, kind in enumerate(order) if proc.name.startswith(kind)), 2))
@@ -244,6 +241,22 @@ def build_components(setup: Setup, runner: Component, sink: DatasetSink | None =
         add_evaluator(setup, topology, runner, loop, proc)
     _connect(runner, topology.components, workers, policies)
     return topology
+
+
+def _build_workers(setup: Setup, buffers: TrajectoryBuffers, layout: BufferLayout, topology: Topology,
+                   host: Callable, spec: ModelSpec) -> list[RolloutWorker]:
+    cfg = setup.cfg
+    mapping = policy_mapping.resolve(cfg.policy_mapping)
+    local = (LocalPolicy(topology.weights[0], spec, (setup.obs_space, setup.action_space))
+             if cfg.inference_in_rollout_workers else None)
+    workers = []
+    for w in range(cfg.num_workers):
+        loop, proc = host(f"rollout_worker_{w}")
+        workers.append(RolloutWorker(loop, w, cfg, setup.registry, buffers, layout, setup.seed, topology.control,
+                                     mapping, setup.sampler, local))
+        if proc:
+            proc.reporter = workers[-1]
+    return workers
 
 
 def add_evaluator(setup: Setup, topology: Topology, runner: Component, loop: EventLoop,
@@ -267,7 +280,7 @@ def _build_policy(setup: Setup, p: int, buffers: TrajectoryBuffers, layout: Buff
     weights = topology.weights[p]
     inference = []
     share = share_policy_processes(cfg)
-    for i in range(cfg.policy_workers_per_policy):
+    for i in range(inference_workers(cfg)):
         loop, proc = host(sig.inference_worker_name(p, i, n), f"inference_worker_{i}" if share else None)
         inference.append(InferenceWorker(loop, i, cfg, buffers, weights, layout, setup.obs_space, setup.action_space,
                                          spec, setup.device, seed, control, p))
@@ -297,10 +310,11 @@ def _connect(runner: Component, components: list[Component], workers: list[Rollo
         for i in pc.inference:
             sig.FLUSH_REQUESTS.connect(i, i.flush_requests)
         for w, worker in enumerate(workers):
-            server = pc.inference[w % len(pc.inference)]
-            sig.POLICY_REQUEST.connect_to(worker, p, server.policy_request)
-            sig.ADVANCE.connect_to(server, w, worker.advance)
-            sig.RESEND_REQUESTS.connect_to(server, w, worker.resend_requests)
+            if pc.inference:  # else each rollout worker acts itself (act_locally, below)
+                server = pc.inference[w % len(pc.inference)]
+                sig.POLICY_REQUEST.connect_to(worker, p, server.policy_request)
+                sig.ADVANCE.connect_to(server, w, worker.advance)
+                sig.RESEND_REQUESTS.connect_to(server, w, worker.resend_requests)
             sig.NEW_TRAJECTORIES.connect_to(worker, p, pc.batcher.new_trajectories)
             sig.SLOTS_FREED.connect_to(pc.batcher, w, worker.slots_freed)
         sig.BATCH_READY.connect(pc.batcher, pc.learner.batch_ready)
@@ -311,6 +325,7 @@ def _connect(runner: Component, components: list[Component], workers: list[Rollo
             sig.PBT_REPLACE.connect_to(runner, p, pc.learner.pbt_replace)
     for worker in workers:
         sig.ENVS_STEPPED.connect(worker, worker.envs_stepped)
+        sig.ACT_LOCALLY.connect(worker, worker.act_locally)
     for component in components:
         sig.REPORT.connect(component, runner.on_report)
         sig.COMPONENT_ERROR.connect(component, runner.on_component_error)

@@ -74,7 +74,9 @@ class TrainingStats:
     def for_run(cls, cfg: Config, writer, started: float, marks: dict[str, float]) -> "TrainingStats":
         """A run's statistics: how many components share each kind of work, and the runner's start-up `marks`."""
         n = cfg.num_policies
-        counts = {"env_step": cfg.num_workers, "inference": cfg.policy_workers_per_policy * n, "learner": n}
+        # --inference_in_rollout_workers: inference is the rollout workers' share of their time spent acting
+        acting = cfg.num_workers if cfg.inference_in_rollout_workers else cfg.policy_workers_per_policy * n
+        counts = {"env_step": cfg.num_workers, "inference": acting, "learner": n}
         stats = cls(cfg.stats_window, writer, started, counts, n)
         for name, at in marks.items():
             stats.accounting.mark(name, at)
@@ -115,6 +117,7 @@ class TrainingStats:
             self.fps_history.append((self.first_frame_at, self.frames))
         self.frames += report.frames
         self.seconds["env_step"] += report.env_seconds
+        self.seconds["inference"] += report.act_seconds
         self.env_faults += report.env_faults
         if report.service is not None:
             service = report.service

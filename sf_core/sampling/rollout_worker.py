@@ -1,8 +1,9 @@
 """Rollout worker: owns envs (in `worker_num_splits` split runners) and steps them on request.
 
 Signals in: advance, resend_requests, slots_freed, stop. Out: policy_request, new_trajectories, report
-(sf_core/contracts/signals.py).
-With --env_service, also envs_stepped, from its own split stepper threads (sf_core/sampling/split_stepper.py).
+(sf_core/contracts/signals.py). With --env_service, also envs_stepped, from its own split stepper threads
+(sf_core/sampling/split_stepper.py); with --inference_in_rollout_workers, act_locally, to itself instead of
+policy_request and advance (sf_core/sampling/local_acting.py).
 
 Double buffering: while one split waits for actions, the worker steps another one. A split runner is
 a VectorEnvRunner (--batched_sampling=True), a NonBatchedEnvRunner (False, any multi-agent env), or a
@@ -32,6 +33,7 @@ from sf_core.contracts.component import Component, guarded
 from sf_core.contracts.control import ControlBlock
 from sf_core.contracts.sample import RowOrigin
 from sf_core.contracts.signals import NEW_TRAJECTORIES, POLICY_REQUEST, REPORT, RolloutReport
+from sf_core.sampling.local_acting import LocalActing, LocalPolicy
 from sf_core.sampling.native_vector_runner import NativeVectorRunner
 from sf_core.sampling.nonbatched_env_runner import NonBatchedEnvRunner
 from sf_core.sampling.policy_mapping import PolicyMapping
@@ -61,12 +63,13 @@ def runner_kind(cfg: Config, registry: EnvRegistry, served: bool) -> type[SplitR
     return NativeVectorRunner if native else VectorEnvRunner
 
 
-class RolloutWorker(SlotRecovery, Component):
+class RolloutWorker(SlotRecovery, LocalActing, Component):
     def __init__(self, loop: EventLoop, worker: int, cfg: Config, registry: EnvRegistry, buffers: TrajectoryBuffers,
                  layout: BufferLayout, seed: int, control: ControlBlock | None = None,
-                 mapping: PolicyMapping | str = "auto", sampler: tuple[int, int] = (0, 1)):
+                 mapping: PolicyMapping | str = "auto", sampler: tuple[int, int] = (0, 1),
+                 local: LocalPolicy | None = None):
         super().__init__(loop, f"rollout_worker_{worker}", control)
-        self.worker, self.cfg, self.registry, self.sampler = worker, cfg, registry, sampler
+        self.worker, self.cfg, self.registry, self.sampler, self.local = worker, cfg, registry, sampler, local
         self.buffers, self.layout, self.seed, self.mapping = buffers, layout, seed, mapping
         self.control = control
         self.incarnation = 0  # read at start: 1 and up in a process that replaced a dead one
@@ -79,9 +82,7 @@ class RolloutWorker(SlotRecovery, Component):
         per_policy = cfg.policy_workers_per_policy  # the wiring's: this worker asks inference worker w % n of each
         self.servers = [ControlBlock.server_index(p, worker % per_policy, per_policy) for p in range(cfg.num_policies)]
         self.held: set[int] = set()  # slots sent to a batcher and not yet freed (sf_core/contracts/slot_holds.py)
-        self.frames = 0
-        self.env_seconds = 0.0
-        self.env_faults = 0
+        self.frames, self.env_seconds, self.env_faults = 0, 0.0, 0  # since the last report
         self.timer: Timer | None = None
         # --env_service: this worker's slots, and its splits waiting for slots (sf_core/sampling/slot_waits.py)
         self.pool: EnvPool | PoolGroup | None = None
@@ -107,6 +108,7 @@ class RolloutWorker(SlotRecovery, Component):
             self.steppers = SplitSteppers(self, lambda split: self.runners[split], self.layout.num_splits)
         self.timer = Timer(self.event_loop, REPORT_INTERVAL_SEC, object_id=f"{self.name}_report_timer")
         self.timer.timeout.connect(self.send_report)
+        self._start_local_acting()
         self._make_splits()
 
     def _make_splits(self) -> None:
@@ -178,11 +180,15 @@ class RolloutWorker(SlotRecovery, Component):
 
     def _server(self, policy: int) -> int:
         """The incarnation of the process of `policy`'s inference worker that serves this worker now."""
-        return int(self.server_incarnations[self.servers[policy]]) if self.server_incarnations is not None else 0
+        incarnations = self.server_incarnations if self.local is None else None  # local: no inference worker
+        return int(incarnations[self.servers[policy]]) if incarnations is not None else 0
 
     def _ask(self, split: int, policy: int) -> None:
         """Send the split's request to `policy`'s inference worker, the process named in the ticket."""
         ticket = self.layout.ticket(split, self.incarnation, self.awaiting[split][policy])
+        if self.local is not None:
+            self._ask_locally(split, ticket)
+            return
         POLICY_REQUEST.emit_to(self, policy, self.worker, ticket, *self.asked[split])
 
     @guarded
@@ -379,8 +385,8 @@ class RolloutWorker(SlotRecovery, Component):
         service = self.waits.report(self.pool) if self.pool is not None else None
         REPORT.emit(self, RolloutReport(self.worker, self.frames, episodes, self.env_seconds, self.env_faults,
                                         service, matches, objectives, metrics=metrics, skipped_metrics=skipped,
-                                        incarnation=self.incarnation))
-        self.frames, self.env_seconds, self.env_faults = 0, 0.0, 0
+                                        incarnation=self.incarnation, act_seconds=self.act_seconds))
+        self.frames, self.env_seconds, self.env_faults, self.act_seconds = 0, 0.0, 0, 0.0
 
     @guarded
     def stop(self) -> None:
