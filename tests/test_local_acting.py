@@ -14,7 +14,7 @@ LOCAL = "--inference_in_rollout_workers=True"
 
 @pytest.mark.parametrize("flags, refusal", [
     (["--num_policies=2"], "runs one policy in each rollout worker"),
-    (["--ray_address=127.0.0.1:6379"], "not with --ray_address"),
+    (["--ray_address=127.0.0.1:6379"], "with --ray_address pass --inference_in_rollout_workers=False"),
 ])
 def test_what_acting_in_the_rollout_workers_cannot_serve_is_refused(flags, refusal):
     with pytest.raises(ConfigError, match=refusal):

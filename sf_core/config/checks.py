@@ -90,6 +90,8 @@ def check_inference_in_rollout_workers(cfg: Config) -> None:
         return
     if cfg.num_policies > 1:
         raise ConfigError("--inference_in_rollout_workers runs one policy in each rollout worker; with "
-                          f"--num_policies={cfg.num_policies} use inference workers (leave it False)")
+                          f"--num_policies={cfg.num_policies} pass --inference_in_rollout_workers=False (a preset "
+                          "may set it) for inference workers")
     if cfg.ray_address:
-        raise ConfigError("--inference_in_rollout_workers is for one machine; not with --ray_address")
+        raise ConfigError("--inference_in_rollout_workers is for one machine; with --ray_address pass "
+                          "--inference_in_rollout_workers=False (a preset may set it)")

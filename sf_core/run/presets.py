@@ -133,11 +133,14 @@ _MUJOCO: dict[str, Any] = {
 # Factory's mujoco_params: one 256x256 tanh body, initial std e^-1, 1024-sample minibatches, lag 0), with 10
 # epochs where it had 5: over seeds 1-5 they evaluated at 6,481 against 5,869 (RL-Zoo: 5,819), at 0.76-0.82x
 # the frames/s (docs/results.md, "HalfCheetah: ten epochs"). 16 envs a worker with rollouts of 32 (the same
-# 1,024 samples a round as 8 x 64) halve the inference worker's calls per frame, its largest cost.
+# 1,024 samples a round as 8 x 64) halve the inference worker's calls per frame, its largest cost. Each
+# rollout worker runs the policy itself (its env is cheap, so a round trip to an inference worker cost as much as
+# the forward pass): seeds 1-3 ran 1M frames in 110-114 s against 123-127 s, evaluations 6,790 against 6,636
+# (docs/performance.md, "Acting in the rollout workers").
 _HALF_CHEETAH: dict[str, Any] = {
     **_MUJOCO, "num_envs_per_worker": 16, "rollout": 32, "batch_size": 1024, "num_batches_per_epoch": 2,
     "num_epochs": 10, "async_rl": False, "max_grad_norm": 1.0, "encoder_mlp_layers": [256, 256],
-    "actor_critic_share_weights": True, "initial_log_std": -1.0,
+    "actor_critic_share_weights": True, "initial_log_std": -1.0, "inference_in_rollout_workers": True,
 }
 
 # Hopper and Walker2d: the family's values with one dataset collected while the learner trains on the one
