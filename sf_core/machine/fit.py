@@ -98,7 +98,8 @@ def fit(values: dict[str, Any], chosen: set[str], machine: Machine) -> list[str]
     per_worker = backend.cores_per_worker(values["num_envs_per_worker"] if "num_envs_per_worker" in chosen
                                           else envs) if backend else 1
     fitted = {**fitted_values(machine, typed_workers, per_worker), "num_envs_per_worker": envs}
-    names = [name for name in FITTED if name not in chosen]
+    names = [name for name in FITTED if name not in chosen
+             and not (name == "policy_workers_per_policy" and values.get("inference_in_rollout_workers"))]
     for name in names:
         values[name] = fitted[name]
     return names
