@@ -41,3 +41,4 @@ def test_a_serial_run_acting_in_its_rollout_worker_solves_cartpole(tmp_path):
                           "--target_mean_return=400", "--train_for_seconds=120", "--train_for_env_steps=10000000")
     assert code == 0, summary.get("error")
     assert summary["time_to_target"] is not None, summary["mean_return"]
+
