@@ -43,6 +43,7 @@ class InferenceWorker(Component):
                  seed: int, control: ControlBlock | None = None, policy: int = 0):
         super().__init__(loop, inference_worker_name(policy, index, cfg.num_policies), control)
         self.policy_index, self.index, self.cfg, self.layout, self.seed = policy, index, cfg, layout, seed
+        self.buffers, self.weights = buffers, weights  # what a replacement checks first (run/worker_replacement.py)
         self.actor = PolicyActor(cfg, buffers, weights, layout, (obs_space, action_space), spec, device, policy,
                                  self.clock)
         self.pending: list[Request] = []
