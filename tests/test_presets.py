@@ -84,6 +84,18 @@ def test_ant_and_humanoid_train_their_critic_while_the_next_dataset_is_collected
                       announce=lambda line: None)[0].use_rnn
 
 
+def test_ant_takes_half_the_sgd_steps_at_twice_the_learning_rate_and_humanoid_the_familys():
+    family = PRESETS["MuJoCo"]
+    ant, _ = parse_args(["--env=Ant-v5"], announce=lambda line: None)
+    humanoid, _ = parse_args(["--env=Humanoid-v5"], announce=lambda line: None)
+    dataset = family["batch_size"] * family["num_batches_per_epoch"]
+    assert ant.batch_size * ant.num_batches_per_epoch == dataset == ant.num_workers * ant.num_envs_per_worker \
+        * ant.rollout  # the same dataset, in half as many minibatches
+    assert ant.num_batches_per_epoch * 2 == family["num_batches_per_epoch"]
+    assert ant.learning_rate == 2 * family["learning_rate"] and ant.lr_schedule == family["lr_schedule"]
+    assert (humanoid.batch_size, humanoid.learning_rate) == (family["batch_size"], family["learning_rate"])
+
+
 def test_swimmer_gets_the_familys_values_with_a_long_horizon_and_its_older_version_too():
     for env in ("Swimmer-v5", "Swimmer-v4"):
         cfg, preset = parse_args([f"--env={env}"], announce=lambda line: None)
