@@ -152,11 +152,6 @@ _HALF_CHEETAH: dict[str, Any] = {
 # and keep lag 0 (their presets train the critic while the next dataset is collected instead, below).
 _MUJOCO_ONE_AHEAD: dict[str, Any] = {**_MUJOCO, "async_rl": True, "num_batches_to_accumulate": 1}
 
-# Hopper: each rollout worker runs the policy itself (no inference worker, no round trip a split step). Over
-# seeds 1-6 each way 1M frames took 81-87 s against 87-94 s, evaluations 3,303 against 3,110, final training
-# returns 2,281 against 2,370 (docs/performance.md, "Acting in the rollout workers"). Walker2d: not run with it.
-_HOPPER: dict[str, Any] = {**_MUJOCO_ONE_AHEAD, "inference_in_rollout_workers": True}
-
 # Ant and Humanoid: the family's values with the actor and the critic as two models of the graph and the values
 # computed by the learner (--split_actor_critic --recompute_values). Inference then runs the actor alone, and the
 # learner publishes the actor's weights as soon as it is trained: the critic trains while the next dataset is
@@ -217,7 +212,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "HalfCheetah-v5": _HALF_CHEETAH,
     "Swimmer-v5": _SWIMMER,
     "InvertedDoublePendulum-v5": _INVERTED_DOUBLE_PENDULUM,
-    "Hopper-v5": _HOPPER,
+    "Hopper-v5": _MUJOCO_ONE_AHEAD,
     "Walker2d-v5": _MUJOCO_ONE_AHEAD,
     "Ant-v5": _ANT,
     "Humanoid-v5": _MUJOCO_CRITIC_WHILE_SAMPLING,
