@@ -22,7 +22,10 @@ Release (`release_after`). The nodes after which the weights inference acts with
 actor's train_step of --split_actor_critic when the learner computes the values): `run`'s `release` is called as
 soon as they are done, before the nodes left run (the critic's training), so the learner can publish the weights
 and hand the dataset's slots back while the rest trains. Those nodes read copies of the batch's host tensors,
-whose memory the sampler fills again once released (on a GPU the batch is the learner's copy already).
+whose memory the sampler fills again once released (on a GPU the batch is the learner's copy already). With
+overlap, the release generation's other train_steps start with the release nodes and may still be training at
+the release: `release` then gets the state their models had before (`Held`), for the learner to publish in
+place of the half-updated one, so what inference loads is the state a release before them would have given.
 
 Offload. A frozen model with an `offload_device` waits there between iterations (algo/offload.py): its copy to
 the device starts one generation before its first call, across datasets, and is dropped after its last call;
@@ -42,6 +45,11 @@ import torch
 from sf_core.algo.graph import Context, DataflowGraph, GraphError, Node
 from sf_core.algo.meshes import RankMesh
 from sf_core.algo.offload import OffloadedModel, OffloadSchedule
+
+# by the model that is published (a part's whole model: "actor_critic" for the critic of --split_actor_critic),
+# the state_dict entries that the train_steps still running at the release may change, as they were before
+Held = dict[str, dict[str, torch.Tensor]]
+Release = Callable[[Held], None]
 
 
 @functools.cache
@@ -110,24 +118,52 @@ class GraphExecutor:
                     todo.append(u)
         return set(self.graph.nodes) - needed - set(release_after) if release_after else set()
 
-    def run(self, batch: dict[str, Any], release: Callable[[], None] | None = None) -> dict[str, Any]:
+    def run(self, batch: dict[str, Any], release: Release | None = None) -> dict[str, Any]:
         """The graph on `batch`; `release`: called once the `release_after` nodes are done (not called without
         any)."""
         data, placed = dict(batch), {}
         self._seed_train_steps()
         for index, generation in enumerate(self.generations):
             self.offload.before(index)
-            nodes = [self.graph.nodes[name]["node"] for name in generation]
+            nodes, then = [self.graph.nodes[name]["node"] for name in generation], None
             if release is not None and index == self.release_generation:
-                self._copy_batch_for_late_nodes(batch, data)
-                for out in self._run_generation([n for n in nodes if n.name in self.release_after], data, placed):
-                    data.update(out)
-                release()
-                nodes = [n for n in nodes if n.name not in self.release_after]
-            for out in self._run_generation(nodes, data, placed):
+                nodes, then = self._split_at_release(nodes, batch, data, placed, release)
+            for out in self._run_generation(nodes, data, placed, then):
                 data.update(out)
             self.offload.after(index)
         return data
+
+    def _split_at_release(self, nodes: list[Node], batch: dict[str, Any], data: dict[str, Any], placed: dict,
+                          release: Release) -> tuple[list[Node], tuple[int, Callable[[], None]] | None]:
+        """The release generation: its release nodes run, then `release`, and the nodes to run after that are
+        returned. With overlap they all run at once: the nodes returned are the release nodes first, and with
+        them how many those are and the call to make when they are done."""
+        self._copy_batch_for_late_nodes(batch, data)
+        early = [node for node in nodes if node.name in self.release_after]
+        late = [node for node in nodes if node.name not in self.release_after]
+        if self.overlap_train_steps and self.pool is not None and late:
+            return early + late, (len(early), functools.partial(release, self._state_before(late, early)))
+        for out in self._run_generation(early, data, placed):
+            data.update(out)
+        release({})
+        return late, None
+
+    def _state_before(self, late: list[Node], early: list[Node]) -> Held:
+        """What `release` publishes in place of the state the `late` train_steps are changing (`Held`)."""
+        models = self.context.models
+
+        def tensors(nodes: list[Node]) -> set[int]:
+            return {t.data_ptr() for node in nodes if node.kind == "train_step" and node.model
+                    for t in models[node.model].module.state_dict().values()}
+
+        changing, held = tensors(late) - tensors(early), {}
+        for node in late:
+            if node.kind == "train_step" and node.model:
+                whole = models[node.model].part_of or node.model
+                state = models[whole].module.state_dict()
+                held.setdefault(whole, {}).update({name: t.detach().clone() for name, t in state.items()
+                                                   if t.data_ptr() in changing})
+        return held
 
     def _copy_batch_for_late_nodes(self, batch: dict[str, Any], data: dict[str, Any]) -> None:
         """The batch's tensors the nodes left will read, as copies of their own: the batch's memory is handed back
@@ -156,38 +192,53 @@ class GraphExecutor:
                         self.generators[name] = torch.Generator(device=self.device_of(node))
                     self.generators[name].manual_seed(int(torch.randint(2**62, (1,))))
 
-    def _run_generation(self, nodes: list[Node], data: dict, placed: dict) -> list[dict[str, Any]]:
+    def _run_generation(self, nodes: list[Node], data: dict, placed: dict,
+                        then: tuple[int, Callable[[], None]] | None = None) -> list[dict[str, Any]]:
+        """`then` (with overlap): a call to make once the first so many of `nodes` are done, the rest running on."""
         if self.overlap_train_steps:
-            return self._run_at_once(nodes, data, placed)
+            return self._run_at_once(nodes, data, placed, then)
         calls = [node for node in nodes if node.kind != "train_step"]
         steps = [node for node in nodes if node.kind == "train_step"]
         found = self._run_at_once(calls, data, placed) if calls else []
         return found + [self._call(node, self._inputs(node, data, placed)) for node in steps]
 
-    def _run_at_once(self, nodes: list[Node], data: dict, placed: dict) -> list[dict[str, Any]]:
+    def _run_at_once(self, nodes: list[Node], data: dict, placed: dict,
+                     then: tuple[int, Callable[[], None]] | None = None) -> list[dict[str, Any]]:
         inputs = [self._inputs(node, data, placed) for node in nodes]  # copies made here, on this thread
         if self.pool is None or len(nodes) == 1:
-            return [self._call(node, x) for node, x in zip(nodes, inputs)]
+            found = [self._call(node, x) for node, x in zip(nodes, inputs)]
+            if then is not None:
+                then[1]()
+            return found
         threads = torch.get_num_threads()
         share = max(1, threads // len(nodes)) if per_thread_intra_op_threads() else None
         try:
-            cuda = [self.device_of(node) for node in nodes if self.device_of(node).type == "cuda"]
-            if not cuda:
-                return list(self.pool.map(lambda node, x: self._call(node, x, share), nodes, inputs))
-            before = {device: torch.cuda.current_stream(device).record_event() for device in set(cuda)}
-            results = list(self.pool.map(lambda node, x: self._call_on_stream(node, x, before, share), nodes,
-                                         inputs))
+            cuda = {self.device_of(node) for node in nodes if self.device_of(node).type == "cuda"}
+            before = {device: torch.cuda.current_stream(device).record_event() for device in cuda}
+            futures = [self.pool.submit(self._call_on_stream, node, x, before, share)
+                       for node, x in zip(nodes, inputs)]
+            first = then[0] if then is not None else 0
+            for node, future in zip(nodes[:first], futures):
+                self._follow(node, *future.result())
+            if then is not None:
+                then[1]()
+            results = [future.result() for future in futures]
         finally:
             if share is not None and share != threads:
                 torch.set_num_threads(threads)  # the process's count again, for threads started from now on
-        for node, (out, done) in zip(nodes, results):
-            if done is not None:  # the next generation, on the current stream, reads this node's outputs
-                current = torch.cuda.current_stream(self.device_of(node))
-                current.wait_event(done)
-                for value in out.values():
-                    if isinstance(value, torch.Tensor) and value.is_cuda:
-                        value.record_stream(current)
+        for node, (out, done) in zip(nodes[first:], results[first:]):
+            self._follow(node, out, done)
         return [out for out, _ in results]
+
+    def _follow(self, node: Node, out: dict[str, Any], done: Any) -> None:
+        """The current stream, which the next generation runs on, waits for `node`'s outputs (made on a stream of
+        its own, which recorded the event `done`; None on the CPU)."""
+        if done is not None:
+            current = torch.cuda.current_stream(self.device_of(node))
+            current.wait_event(done)
+            for value in out.values():
+                if isinstance(value, torch.Tensor) and value.is_cuda:
+                    value.record_stream(current)
 
     def _call_on_stream(self, node: Node, inputs: dict, before: dict, share: int | None
                         ) -> tuple[dict[str, Any], Any]:

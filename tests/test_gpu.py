@@ -208,7 +208,7 @@ def test_on_a_gpu_the_critic_trains_after_the_release_on_the_learner_s_own_copie
     assert all(data[key] is batch[key] for key in batch)  # the device copies are the learner's: no clone
     reference = trained(cfg, datasets=1, device="cuda")  # handed back at the end
 
-    def release() -> None:
+    def release(held: dict) -> None:
         for value in host.values():
             value.zero_()
 

@@ -21,6 +21,7 @@ from sf_core.algo.placement import check_concurrency, check_placement
 from sf_core.algo.registry import algorithm_builder, build_algorithm
 from sf_core.algo.split_actor_critic import split_actor_critic
 from sf_core.config import Config, ConfigError
+from sf_core.contracts.buffers import NoLock, SharedWeights
 from sf_core.contracts.sample import BATCH_KEYS, SampleSpaces, batch_tensors
 from sf_core.learning.learner import Trainer, extra_models_state
 from tests import launch
@@ -151,7 +152,8 @@ def test_with_values_from_the_learner_the_critic_trains_on_after_the_actor_s_wei
     torch.manual_seed(11)
     data, at_release = dataset(0), {}
 
-    def release() -> None:  # as the learner does: the weights out, then the batcher refills the dataset
+    def release(held: dict) -> None:  # as the learner does: the weights out, then the batcher refills the dataset
+        assert held == {}  # one after the other: the critic has not begun
         at_release.update({k: v.clone() for k, v in trainer.models["actor_critic"].module.state_dict().items()})
         for value in data.values():
             value.zero_()
@@ -164,12 +166,47 @@ def test_with_values_from_the_learner_the_critic_trains_on_after_the_actor_s_wei
         assert torch.equal(got, expected)
 
 
+def test_at_once_the_critic_trains_beside_the_actor_and_the_release_publishes_its_state_from_before():
+    """--overlap_graph_nodes with the values from the learner: the critic starts with the actor and may still be
+    training at the release, which publishes its state from before it began: what inference loads is what the
+    release gives one after the other, and the training ends where it ends."""
+    met, barrier = set(), threading.Barrier(2, timeout=30)
+
+    def meet() -> None:  # each thread's first SGD step waits for the other's: they run at once, or this fails
+        if threading.get_ident() not in met:
+            met.add(threading.get_ident())
+            barrier.wait()
+
+    def published_at_release(cfg: Config, on_minibatch=lambda: None) -> tuple[dict, Trainer]:
+        trainer = Trainer(cfg, OBS, ACTIONS, ModelSpec.from_config(cfg), "cpu", 3, algorithm_builder(cfg.algo))
+        trainer.build(None, None, on_minibatch)
+        torch.manual_seed(11)
+        weights = SharedWeights(trainer.models["actor_critic"].module, NoLock())
+
+        def release(held: dict) -> None:  # as the learner publishes
+            weights.publish(trainer.models["actor_critic"].module, 1, held.get("actor_critic"))
+
+        trainer.train(dataset(0), 1e-3, 0, release=release)
+        return {k: v.clone() for k, v in weights.tensors.items()}, trainer
+
+    one_by_one, reference = published_at_release(small_config(recompute_values=True))
+    at_once, trainer = published_at_release(small_config(recompute_values=True, overlap_graph_nodes=True), meet)
+    try:
+        assert len(met) == 2 and threading.get_ident() not in met
+        assert all(torch.equal(one_by_one[k], at_once[k]) for k in one_by_one)
+        assert not all(torch.equal(at_once[k], v) for k, v in trainer.models["actor_critic"].module.state_dict()
+                       .items() if k.startswith("critic."))  # the critic trained on after the release
+        assert all(torch.equal(a, b) for a, b in zip(everything(reference), everything(trainer), strict=True))
+    finally:
+        trainer.executor.close()
+
+
 def test_the_weights_are_handed_back_at_the_end_where_inference_needs_the_critic():
     for cfg in (small_config(), small_config(recompute_values=True, publish_every_sgd_step=True)):
         trainer = Trainer(cfg, OBS, ACTIONS, ModelSpec.from_config(cfg), "cpu", 3, algorithm_builder(cfg.algo))
         trainer.build(None, None)
         released = []
-        trainer.train(dataset(0), 1e-3, 0, release=lambda: released.append(True))
+        trainer.train(dataset(0), 1e-3, 0, release=released.append)
         assert not trainer.executor.release_after and not released
 
 

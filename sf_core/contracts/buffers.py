@@ -150,10 +150,13 @@ class SharedWeights:
         self.version = _shared((1,), torch.int64)
         self.lock = lock
 
-    def publish(self, model: nn.Module, version: int) -> None:
+    def publish(self, model: nn.Module, version: int, held: dict[str, torch.Tensor] | None = None) -> None:
+        """`held`: entries to publish in place of the model's own, by name (a part of it still training: its state
+        from before, algo/executor.py's `Held`)."""
+        held = held or {}
         with self.lock:
             for name, tensor in model.state_dict().items():
-                self.tensors[name].copy_(tensor.detach(), non_blocking=False)
+                self.tensors[name].copy_(held.get(name, tensor).detach(), non_blocking=False)
             self.version[0] = version
 
     def current_version(self) -> int:

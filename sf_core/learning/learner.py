@@ -22,7 +22,7 @@ import gymnasium as gym
 import torch
 
 from sf_core.algo.adam import make_adam
-from sf_core.algo.executor import GraphExecutor
+from sf_core.algo.executor import GraphExecutor, Held, Release
 from sf_core.algo.graph import Context, ModelSlot, build_graph
 from sf_core.algo.model import ActorCritic, ModelSpec
 from sf_core.algo.params import LearningParams
@@ -145,7 +145,7 @@ class Trainer:
         return self.executor.take_transfer_seconds()
 
     def train(self, dataset: dict[str, torch.Tensor] | None, lr: float, version: int,
-              release: Callable[[], None] | None = None) -> dict[str, float]:
+              release: Release | None = None) -> dict[str, float]:
         """One training iteration on `dataset` (in a learner group: on this rank's share of it; a rank elsewhere
         passes None and receives its share from rank 0); returns the graph's statistics (in a group: over every
         rank's share). `release`: called when the weights inference acts with are final for this dataset, if the
@@ -306,8 +306,8 @@ class Learner(Component):
         samples = dataset["rewards"].numel() if self.cfg.num_policies == 1 else int((~dataset["inactive"]).sum())
         handed_back: list[float] = []  # the seconds publishing took, once done
 
-        def hand_back() -> None:
-            handed_back.append(self._publish_and_hand_back(index))
+        def hand_back(held: Held | None = None) -> None:
+            handed_back.append(self._publish_and_hand_back(index, (held or {}).get("actor_critic")))
 
         try:
             if self.link is not None:  # the other ranks train on their shares of the dataset alongside
@@ -331,15 +331,15 @@ class Learner(Component):
         REPORT.emit(self, LearnerReport(self.policy, self.version, samples, time.perf_counter() - started,
                                         {"learning_rate": lr, **stats}))
 
-    def _publish_and_hand_back(self, index: int) -> float:
-        """The dataset's new weights out (unless each SGD step published its own) and its slots back to the
-        batcher; returns the seconds it took."""
+    def _publish_and_hand_back(self, index: int, held: dict[str, torch.Tensor] | None = None) -> float:
+        """The dataset's new weights out (unless each SGD step published its own; `held`: what to publish in
+        place of the entries still training) and its slots back to the batcher; returns the seconds it took."""
         started = time.perf_counter()
         if self.trainer.device.startswith("cuda"):  # its copies to the device done before the batcher refills it
             torch.cuda.synchronize(self.trainer.device)
         if not self.cfg.publish_every_sgd_step:
             self.version += 1
-            self.weights.publish(self.trainer.models["actor_critic"].module, self.version)
+            self.weights.publish(self.trainer.models["actor_critic"].module, self.version, held)
         BATCH_CONSUMED.emit(self, index)
         return time.perf_counter() - started
 
