@@ -49,8 +49,8 @@ def build_driver_components(setup: Setup, runner: Component) -> Topology:
     spaces = SampleSpaces(setup.obs_space, setup.action_space, setup.models[0].rnn_state_size)
     datasets = [DatasetBuffers(spaces, layout.rollout, cfg.dataset_size() // cfg.rollout) for _ in range(n)]
 
-    def loop_of(component: str):
-        proc = ComponentProcess(f"{component}_proc", ctx, cfg.torch_threads)
+    def loop_of(component: str, threads: int | None = None):
+        proc = ComponentProcess(f"{component}_proc", ctx, threads or cfg.torch_threads)
         topology.processes.append(proc)
         topology.host[component] = proc
         return proc.event_loop, proc
@@ -89,7 +89,7 @@ def _learner(setup: Setup, cfg, p: int, datasets: DatasetBuffers, topology: Topo
     """Policy p's learner on a process of its own; with --num_learners > 1, rank 0 of a group whose other ranks
     run on the cluster's nodes and meet it at this machine's address towards the head."""
     name = learner_name(p, cfg.num_policies)
-    loop, proc = loop_of(name)
+    loop, proc = loop_of(name, cfg.learner_threads())
     group = (plan_elsewhere(cfg, setup.device, placement.driver_address(cfg), datasets[0])
              if cfg.num_learners > 1 else None)
     learner = Learner(loop, cfg, datasets, topology.weights[p], setup.obs_space, setup.action_space,

@@ -79,7 +79,7 @@ class RemoteRanks:
                            max_restarts=0, max_task_retries=0, scheduling_strategy=strategy)
             trainer = self.trainer.on_device(self.spec.devices[rank])
             handle = ray.remote(LearnerRank).options(**options).remote(rank, self.spec, trainer, self.niceness,
-                                                                       self.cfg.torch_threads)
+                                                                       self.cfg.learner_threads())
             handle.node_id.remote().future().add_done_callback(lambda node, r=rank: self._placed(r, node))
             run = handle.run.remote()
             run.future().add_done_callback(lambda done, r=rank: self._ended(r, done))

@@ -27,7 +27,8 @@ def check_ranges(cfg: Config) -> None:
         value = getattr(cfg, name)
         if not (value > 0 and math.isfinite(value)):
             raise ConfigError(f"--{name} must be a positive number, got {value}")
-    for name in ("max_policy_lag", "max_recoveries", "max_worker_replacements", "num_batches_to_accumulate"):
+    for name in ("max_policy_lag", "max_recoveries", "max_worker_replacements", "num_batches_to_accumulate",
+                 "learner_torch_threads"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"--{name} must be at least 0, got {getattr(cfg, name)}")
     if cfg.eval_every_env_steps < 0:

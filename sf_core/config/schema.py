@@ -313,6 +313,9 @@ class Config:
     # --- system
     device: str = flag("cpu", "system", "Device of the learner and inference workers: cpu, cuda, cuda:N or gpu (falls back to cpu, with a warning, if there is no GPU).")
     torch_threads: int = flag(1, "system", "torch threads per component process in async mode (1 is best when processes ≥ cores).")
+    learner_torch_threads: int = flag(
+        0, "system", "torch threads of a learner process (0: --torch_threads). With --async_rl=False sampling waits "
+        "while the learner trains, so a learner on the CPU may use the cores the samplers leave idle then.")
     mp_start_method: str = flag(
         "auto", "system", "multiprocessing start method for component processes. auto: fork on Linux with a CPU device "
         "(fastest start); forkserver on Linux with a GPU or in a cluster sampler (neither CUDA nor Ray's threads survive a fork; torch imported once); spawn elsewhere.",
@@ -357,6 +360,10 @@ class Config:
         """Datasets sampling may collect ahead of the one in training (its slots held until trained on): 0
         without --async_rl, --num_batches_to_accumulate with it; None: slots freed once copied (no bound)."""
         return (self.num_batches_to_accumulate or None) if self.async_rl else 0
+
+    def learner_threads(self) -> int:
+        """torch threads of a learner process (a rank of a learner group too)."""
+        return self.learner_torch_threads or self.torch_threads
 
     def values_at_learner(self) -> bool:
         """Inference acts with the actor alone, the learner recomputes the values (--recompute_values)."""

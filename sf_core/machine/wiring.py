@@ -209,14 +209,16 @@ def build_components(setup: Setup, runner: Component, sink: DatasetSink | None =
 
     shared: dict[str, ComponentProcess] = {}
 
-    def host(name: str, group: str | None = None) -> tuple[EventLoop, ComponentProcess | None]:
-        """The loop `name` runs on: the runner's (serial), its own process's, or that of its group."""
+    def host(name: str, group: str | None = None, threads: int | None = None
+             ) -> tuple[EventLoop, ComponentProcess | None]:
+        """The loop `name` runs on: the runner's (serial), its own process's (with `threads` torch threads, by
+        default --torch_threads), or that of its group."""
         if cfg.serial_mode:
             return runner.event_loop, None
         if group is not None and group in shared:
             topology.host[name] = shared[group]
             return shared[group].event_loop, shared[group]
-        proc = ComponentProcess(f"{group or name}_proc", ctx, cfg.torch_threads)
+        proc = ComponentProcess(f"{group or name}_proc", ctx, threads or cfg.torch_threads)
         topology.processes.append(proc)
         topology.host[name] = proc
         if group is not None:
@@ -229,7 +231,7 @@ def build_components(setup: Setup, runner: Component, sink: DatasetSink | None =
     # ranks 1..N-1 of its learner group, started after the learner's process
     if isinstance(learner, Learner) and learner.group is not None:
         topology.processes += followers.follower_processes(ctx, learner.group, learner.trainer, learner.datasets,
-                                                           learner.weights, cfg.torch_threads)
+                                                           learner.weights, cfg.learner_threads())
     workers = _build_workers(setup, buffers, layout, topology, host, spec)
     # started in this order, as before several policies existed: inference, rollout workers, learners
     order = ("inference_worker", "rollout_worker")
@@ -290,7 +292,7 @@ def _build_policy(setup: Setup, p: int, buffers: TrajectoryBuffers, layout: Buff
     if sink is not None:  # a sampler: batcher and sink on the sampler's own loop, in the actor's process
         batcher = Batcher(runner.event_loop, cfg, buffers, datasets, layout, control, p)
         return PolicyComponents(inference, batcher, sink.build(runner.event_loop, datasets, control, p, n))
-    loop, proc = host(learner_name(p, n), "learners" if share else None)
+    loop, proc = host(learner_name(p, n), "learners" if share else None, cfg.learner_threads())
     group = link.plan(cfg, setup.device) if cfg.num_learners > 1 else None
     learner = Learner(loop, cfg, datasets, weights, setup.obs_space, setup.action_space, spec, setup.device, seed,
                       setup.checkpoint_dirs[p], setup.resume_from[p], algorithm_builder(cfg.algo), control,
