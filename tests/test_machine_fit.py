@@ -93,3 +93,22 @@ def test_a_cluster_sampler_refits_to_its_node_unless_env_service_slots_were_divi
     served = Config(env="CartPole-v1", num_workers=99, env_service="127.0.0.1:5555*99", machine_fit=["num_workers"])
     assert refit_on_node(served).num_workers == 99
 
+
+
+def test_a_learner_process_gets_its_own_torch_threads_and_every_other_process_keeps_torch_threads(tmp_path):
+    from sf_core.run.runner import Runner
+
+    flags = ["--env=CartPole-v1", "--num_workers=2", f"--train_dir={tmp_path}", "--experiment=threads"]
+    for extra, learner in (([], 1), (["--learner_torch_threads=2"], 2), (["--torch_threads=3"], 3)):
+        cfg, _ = parse_args(flags + extra)
+        runner = Runner(cfg)
+        runner._build()  # the processes made, none started
+        try:
+            threads = {proc.name: proc.torch_threads for proc in runner.topology.processes}
+        finally:
+            runner.topology.close_processes()
+        assert threads.pop("learner_proc") == learner
+        assert set(threads) >= {"rollout_worker_0_proc", "rollout_worker_1_proc"}
+        assert set(threads.values()) == {cfg.torch_threads}
+    with pytest.raises(ConfigError, match="--learner_torch_threads must be at least 0"):
+        parse_args(flags + ["--learner_torch_threads=-1"])

@@ -141,6 +141,7 @@ _HALF_CHEETAH: dict[str, Any] = {
     **_MUJOCO, "num_envs_per_worker": 16, "rollout": 32, "batch_size": 1024, "num_batches_per_epoch": 2,
     "num_epochs": 10, "async_rl": False, "max_grad_norm": 1.0, "encoder_mlp_layers": [256, 256],
     "actor_critic_share_weights": True, "initial_log_std": -1.0, "inference_in_rollout_workers": True,
+    "learner_torch_threads": 2,
 }
 
 # Hopper and Walker2d: the family's values with one dataset collected while the learner trains on the one
