@@ -96,6 +96,13 @@ def test_ant_takes_half_the_sgd_steps_at_twice_the_learning_rate_and_humanoid_th
     assert (humanoid.batch_size, humanoid.learning_rate) == (family["batch_size"], family["learning_rate"])
 
 
+def test_half_cheetah_s_learner_takes_two_threads_where_sampling_waits_for_it_and_the_others_one():
+    cheetah, _ = parse_args(["--env=HalfCheetah-v5"], announce=lambda line: None)
+    assert cheetah.learner_threads() == 2 and cheetah.torch_threads == 1 and cheetah.datasets_ahead() == 0
+    for env in ("Hopper-v5", "Ant-v5", "CartPole-v1"):  # the learner trains while sampling, or its steps are small
+        assert parse_args([f"--env={env}"], announce=lambda line: None)[0].learner_threads() == 1
+
+
 def test_swimmer_gets_the_familys_values_with_a_long_horizon_and_its_older_version_too():
     for env in ("Swimmer-v5", "Swimmer-v4"):
         cfg, preset = parse_args([f"--env={env}"], announce=lambda line: None)
