@@ -1,8 +1,8 @@
 """Every command-line flag, defined once: type, default, group and help (re-exported by `sf_core.config`).
 
-The `Config` dataclass is the schema, with its validation; `sf_core/cli/arguments.py` turns it into the
-command line. Flag names follow Sample Factory 2 where the concept is the same, so existing command
-lines carry over.
+The `Config` dataclass is the schema, with its validation (the values it derives from its flags are in
+derived.py); `sf_core/cli/arguments.py` turns it into the command line. Flag names follow Sample Factory 2
+where the concept is the same, so existing command lines carry over.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from sf_core.config.check_registry import register_check, registered_checks  # noqa: F401  (re-exported)
+from sf_core.config.derived import DerivedValues
 from sf_core.config.errors import ConfigError  # noqa: F401  (re-exported)
 from sf_core.config.policy_hyperparams import parse_policy_hyperparams
 
@@ -30,7 +31,7 @@ def flag(default: Any, group: str, help: str, choices: Sequence[str] | None = No
 
 
 @dataclass
-class Config:
+class Config(DerivedValues):
     # --- experiment
     env: str = flag("", "experiment", "Environment: a registered name or any gymnasium id (e.g. CartPole-v1).")
     env_module: str = flag("", "experiment", "Comma-separated modules to import first, whose register_env (and other "
@@ -343,32 +344,6 @@ class Config:
                                "they are Ray actors on the cluster's nodes; with --device=cuda each takes a GPU too).")
     learner_resources: str = flag("", "cluster", "Custom Ray resources those ranks need, NAME:AMOUNT,... (e.g. "
                                   "learner:1, for nodes started with ray start --resources='{\"learner\": 1}').")
-
-    def dataset_size(self) -> int:
-        """Samples the learner consumes per training iteration."""
-        return self.batch_size * self.num_batches_per_epoch
-
-    def recurrence_length(self) -> int:
-        """Steps the learner unrolls per sequence (1: every sample on its own)."""
-        recurrent = self.rollout if self.use_rnn or self.core_custom else 1
-        return self.recurrence if self.recurrence != -1 else recurrent
-
-    def envs_per_split(self) -> int:
-        return self.num_envs_per_worker // self.worker_num_splits
-
-    def datasets_ahead(self) -> int | None:
-        """Datasets sampling may collect ahead of the one in training (its slots held until trained on): 0
-        without --async_rl, --num_batches_to_accumulate with it; None: slots freed once copied (no bound)."""
-        return (self.num_batches_to_accumulate or None) if self.async_rl else 0
-
-    def learner_threads(self) -> int:
-        """torch threads of a learner process (a rank of a learner group too)."""
-        return self.learner_torch_threads or self.torch_threads
-
-    def values_at_learner(self) -> bool:
-        """Inference acts with the actor alone, the learner recomputes the values (--recompute_values)."""
-        own = not self.actor_critic_share_weights or self.split_actor_critic
-        return self.recompute_values and own and not (self.use_rnn or self.core_custom)
 
     def validate(self) -> None:
         """Every registered check (sf_core/config/checks.py, then each feature's own): ConfigError on the first

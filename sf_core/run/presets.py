@@ -137,8 +137,8 @@ _MUJOCO: dict[str, Any] = {
 # rollout worker runs the policy itself (its env is cheap, so a round trip to an inference worker cost as much as
 # the forward pass): seeds 1-3 ran 1M frames in 110-114 s against 123-127 s, evaluations 6,790 against 6,636
 # (docs/performance.md, "Acting in the rollout workers"). At lag 0 the rollout workers wait while the learner
-# trains, so the learner takes two torch threads: seeds 1-3 ran in 86-100 s against 106-107 s, evaluations as high
-# (docs/performance.md, "A learner on the cores sampling leaves idle").
+# trains, so the learner takes two torch threads: seeds 1-6 ran in 86-100 s (one thread: 106-107 s), evaluating
+# as high (docs/performance.md, "A learner on the cores sampling leaves idle").
 _HALF_CHEETAH: dict[str, Any] = {
     **_MUJOCO, "num_envs_per_worker": 16, "rollout": 32, "batch_size": 1024, "num_batches_per_epoch": 2,
     "num_epochs": 10, "async_rl": False, "max_grad_norm": 1.0, "encoder_mlp_layers": [256, 256],
