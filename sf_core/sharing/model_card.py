@@ -13,8 +13,9 @@ from sf_core.config import Config, default
 
 LIBRARY = "sf_core"
 # differ per machine or launch, and do not change what is learned
-UNREPRODUCED = ("machine_fit", "experiment", "train_dir", "num_workers", "device", "torch_threads", "mp_start_method", "with_wandb",
-                "wandb_project", "wandb_user", "wandb_group", "wandb_tags", "wandb_job_type", "wandb_unique_id")
+UNREPRODUCED = ("machine_fit", "experiment", "train_dir", "num_workers", "device", "torch_threads", "learner_torch_threads",
+                "mp_start_method", "with_wandb", "wandb_project", "wandb_user", "wandb_group", "wandb_tags",
+                "wandb_job_type", "wandb_unique_id")
 
 
 def train_command(cfg: Config) -> str:
