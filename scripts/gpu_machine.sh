@@ -38,6 +38,10 @@ download() {
     "${pip[@]}" -d "$WHEELS/sf" sample-factory==2.1.1 gymnasium==0.29.1 numpy==1.26.4 ale-py==0.9.0 \
         tensorboardx==2.6.2.2 colorlog==6.9.0 signal-slot-mp==1.0.5 faster-fifo==1.5.2 \
         farama-notifications==0.0.6
+    # MUJOCO=1: MuJoCo too (26 MB; with Sample Factory's wheels the carry nears the tool's 64 MiB, so the
+    # cheetah_split stage is run in a call that carries .whl/ours and .whl/mujoco only)
+    [[ "${MUJOCO:-}" == 1 ]] && "${pip[@]}" -d "$WHEELS/mujoco" mujoco==4.0.0 mujoco-core==4.0.0 \
+        mujoco-studio==4.0.0 glfw==2.11.0 pyopengl==3.1.10
     du -sh "$WHEELS"/*
     echo "carry $WHEELS (the device tool's carry list), then: source scripts/gpu_machine.sh install"
 }
@@ -47,20 +51,27 @@ install() {
     # (pip's editable build failed there, 2026-11-27), links inside sf_core/ give a plain import the same names
     local folder
     for folder in algo envs; do [[ -e sf_core/$folder ]] || ln -s "../$folder" "sf_core/$folder"; done
-    if [[ -f /tmp/ours_site/.done && -f /tmp/sf_site/.done ]]; then  # a warm machine: installed by an earlier call
-        export PYTHONPATH=/tmp/ours_site${PYTHONPATH:+:$PYTHONPATH}; return
-    fi
+    # each folder of wheels carried is installed once per machine (a warm machine keeps what an earlier call did)
     local pip=(python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade)
-    "${pip[@]}" --target /tmp/ours_site "$WHEELS"/ours/*.whl
-    "${pip[@]}" --target /tmp/sf_site "$WHEELS"/sf/*.whl
-    # ale-py 0.9 (the oldest with a wheel for Python 3.12, ROMs included) registers its envs when imported;
-    # gymnasium 0.29 never imports it, so every interpreter of Sample Factory's does at start
-    echo 'import importlib.util; importlib.util.find_spec("ale_py") and __import__("ale_py")' > /tmp/sf_site/sitecustomize.py
-    printf '#!/bin/sh\nPYTHONPATH=/tmp/sf_site exec python3 "$@"\n' > .sf_python && chmod +x .sf_python
-    touch /tmp/ours_site/.done /tmp/sf_site/.done
+    if [[ ! -f /tmp/ours_site/.done ]]; then
+        "${pip[@]}" --target /tmp/ours_site "$WHEELS"/ours/*.whl && touch /tmp/ours_site/.done
+    fi
+    if [[ -d "$WHEELS/mujoco" && ! -f /tmp/ours_site/.mujoco_done ]]; then
+        "${pip[@]}" --target /tmp/ours_site "$WHEELS"/mujoco/*.whl && touch /tmp/ours_site/.mujoco_done
+    fi
+    if [[ -d "$WHEELS/sf" && ! -f /tmp/sf_site/.done ]]; then
+        "${pip[@]}" --target /tmp/sf_site "$WHEELS"/sf/*.whl
+        # ale-py 0.9 (the oldest with a wheel for Python 3.12, ROMs included) registers its envs when imported;
+        # gymnasium 0.29 never imports it, so every interpreter of Sample Factory's does at start
+        echo 'import importlib.util; importlib.util.find_spec("ale_py") and __import__("ale_py")' > /tmp/sf_site/sitecustomize.py
+        touch /tmp/sf_site/.done
+    fi
+    [[ -f /tmp/sf_site/.done ]] && printf '#!/bin/sh\nPYTHONPATH=/tmp/sf_site exec python3 "$@"\n' > .sf_python \
+        && chmod +x .sf_python
     export PYTHONPATH=/tmp/ours_site${PYTHONPATH:+:$PYTHONPATH}
     python3 -c "import torch, gymnasium, numpy; print('ours: torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'gymnasium', gymnasium.__version__, 'numpy', numpy.__version__)"
-    ./.sf_python -c "import importlib.metadata as m, sample_factory, gymnasium, numpy, cv2; print('sample factory', m.version('sample-factory'), 'gymnasium', gymnasium.__version__, 'numpy', numpy.__version__)"
+    [[ -x .sf_python ]] && ./.sf_python -c "import importlib.metadata as m, sample_factory, gymnasium, numpy, cv2; print('sample factory', m.version('sample-factory'), 'gymnasium', gymnasium.__version__, 'numpy', numpy.__version__)"
+    return 0
 }
 
 # The GPU runs of docs/gpu.md, each writing its log and results under $OUT (default ./gpu_out); after install.
@@ -106,6 +117,22 @@ bench_graphs() {
     bench_graphs_to "$OUTDIR" 2>&1 | tee "$OUTDIR/graphs.log"
 }
 
+# issue 41 on the GPU box: HalfCheetah-v5's actor and critic as two models (the critic at once with the actor, on
+# CUDA streams of their own) against its preset's shared body, the learner on the GPU, in turns in one benchmark.
+# Needs MuJoCo: `MUJOCO=1 bash scripts/gpu_machine.sh download` here, carry .whl/ours and .whl/mujoco
+cheetah_split_to() {
+    python3 -c "import mujoco" || { echo "cheetah_split: no mujoco here (download with MUJOCO=1, carry .whl/mujoco)"; return 1; }
+    python3 scripts/benchmark.py --env=HalfCheetah-v5 --phases=training --seconds=15 --warmup=5 --rounds=2 \
+        --extra="--device=cuda" --num_workers="$CORES" \
+        --variant="--split_actor_critic=True --recompute_values=True --overlap_graph_nodes=True" \
+        --variant="--split_actor_critic=True --overlap_graph_nodes=True" \
+        --work_dir="$1/cheetah_runs" --output="$1/cheetah_split.json"
+}
+
+cheetah_split() {
+    cheetah_split_to "$OUTDIR" 2>&1 | tee "$OUTDIR/cheetah_split.log"
+}
+
 # `all` writes its runs under $ALL_DIR and, after each stage, what the device tool brings back (at most 8 files)
 # into $OUTDIR: every stage's results JSON and log in one gpu_all.tar.gz, plus the summary files. A stage that
 # would start past ALL_DEADLINE seconds is skipped (and named), so the call ends inside the tool's 10 minutes.
@@ -144,6 +171,7 @@ all() {
         --work_dir="$ALL_DIR/cartpole_runs" --output="$ALL_DIR/cartpole_512.json"
     wanted learner && stage learner bench_learner_both
     wanted graphs && stage graphs bench_graphs_to "$ALL_DIR"
+    wanted cheetah_split && python3 -c "import mujoco" 2>/dev/null && stage cheetah_split cheetah_split_to "$ALL_DIR"
     wanted scaling && stage scaling "${bench[@]}" --env=atari_pong --scaling=4,8,16 --plot="$ALL_DIR/gpu_scaling.png" \
         --seconds=8 --warmup=6 --work_dir="$ALL_DIR/scaling_runs" --output="$ALL_DIR/scaling.json"
     echo "gpu_machine.sh all: done in ${SECONDS}s; failed stages: ${failed[*]:-none}; skipped past" \
@@ -192,8 +220,10 @@ scores() {
 case "${1:-}" in
     download) download ;;
     install) install ;;
-    all|tests|bench_pong|bench_cartpole|bench_scaling|bench_learner|bench_graphs|scores) mkdir -p "$OUTDIR"; "$1" ;;
+    all|tests|bench_pong|bench_cartpole|bench_scaling|bench_learner|bench_graphs|cheetah_split|scores)
+        mkdir -p "$OUTDIR"; "$1" ;;
     *) echo "usage: bash scripts/gpu_machine.sh download | source scripts/gpu_machine.sh install |" \
-            "bash scripts/gpu_machine.sh all|tests|bench_pong|bench_cartpole|bench_scaling|bench_learner|bench_graphs|scores" >&2
+            "bash scripts/gpu_machine.sh all|tests|bench_pong|bench_cartpole|bench_scaling|bench_learner|bench_graphs|" \
+            "cheetah_split|scores" >&2
        return 2 2>/dev/null || exit 2 ;;  # sourced: return, so the caller's shell stays open
 esac

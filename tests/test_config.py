@@ -1,6 +1,7 @@
 """Flags: types, validation messages, presets under explicit flags, JSON round trip."""
 
 import json
+import sys
 
 import pytest
 
@@ -207,3 +208,7 @@ def test_fork_with_a_gpu_is_refused_and_auto_takes_a_forkserver():
     with pytest.raises(ConfigError, match="--mp_start_method=fork with --device=cuda:1: a forked process cannot use"):
         start_method("fork", "cuda:1")
     assert start_method("auto", "cuda") == "forkserver" and start_method("fork", "cpu") == "fork"
+    # a component of several torch threads: OpenMP's pool hangs in a forked child whose parent started its own
+    with pytest.raises(ConfigError, match="OpenMP's thread pool does not survive a fork"):
+        start_method("fork", "cpu", threads=2)
+    assert start_method("auto", "cpu", threads=2) == ("forkserver" if sys.platform.startswith("linux") else "spawn")

@@ -112,3 +112,18 @@ def test_a_learner_process_gets_its_own_torch_threads_and_every_other_process_ke
         assert set(threads.values()) == {cfg.torch_threads}
     with pytest.raises(ConfigError, match="--learner_torch_threads must be at least 0"):
         parse_args(flags + ["--learner_torch_threads=-1"])
+
+
+def test_a_learner_of_two_threads_trains_from_a_process_whose_openmp_pool_runs(tmp_path):
+    """A notebook or a test that ran torch on several threads has OpenMP's pool running; a learner forked from it
+    that starts its own hung on its first SGD step. auto then starts the components from a forkserver."""
+    from tests import launch
+
+    code = ("import sys, torch; torch.set_num_threads(2); a = torch.randn(512, 512); (a @ a).sum(); "
+            "import sf_core.train; sys.exit(sf_core.train.main(sys.argv[1:]))")
+    # HalfCheetah's preset: two learner threads, and SGD steps large enough for OpenMP to split them
+    done = launch.run(["--env=HalfCheetah-v5", "--seed=1", "--train_for_env_steps=8192", f"--train_dir={tmp_path}",
+                       "--experiment=pool"], timeout=90, code=code)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    summary = json.loads((tmp_path / "pool" / "training_summary.json").read_text())
+    assert summary["samples_trained"] >= 8192

@@ -319,7 +319,8 @@ class Config(DerivedValues):
         "while the learner trains, so a learner on the CPU may use the cores the samplers leave idle then.")
     mp_start_method: str = flag(
         "auto", "system", "multiprocessing start method for component processes. auto: fork on Linux with a CPU device "
-        "(fastest start); forkserver on Linux with a GPU or in a cluster sampler (neither CUDA nor Ray's threads survive a fork; torch imported once); spawn elsewhere.",
+        "(fastest start); forkserver on Linux with a GPU, with components of several torch threads, or in a cluster "
+        "sampler (neither CUDA, OpenMP's pool nor Ray's threads survive a fork; torch imported once); spawn elsewhere.",
         choices=("auto", "spawn", "forkserver", "fork"))
     # not a flag: the flags parse_args fitted to the machine, as neither typed nor preset (sf_core/machine/fit.py)
     machine_fit: list[str] = field(default_factory=list, metadata={"group": "system", "cli": False})
