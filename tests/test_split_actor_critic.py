@@ -248,14 +248,14 @@ def test_split_actor_and_critic_at_once_solve_cartpole_and_the_checkpoint_plays_
     import sf_core.enjoy
     from sf_core.records import checkpoint
 
-    # The rate decays to 0 over the run, as the CartPole preset's does, so the policy played is a settled one.
-    # Stopped at the first training mean of 400, then of 450, the policy played 3 episodes with its most likely
-    # actions at 241 and 334 in two full suites: one caught mid-swing (500 alone, with the same env seeds)
+    # The rate decays to 0 over the CartPole preset's 1M frames, so the policy played is a settled one. Stopped at
+    # the first training mean of 400, then of 450, the policy played 3 episodes with its most likely actions at 241
+    # and 334 in two full suites: one caught mid-swing (500 alone, with the same env seeds). Over 600k frames the
+    # run ended under 450 in 3 of 19 runs here (2026-11-30)
     code, summary = train(tmp_path, "--env=CartPole-v1", "--algo=PPO", "--split_actor_critic=True",
-                          "--overlap_graph_nodes=True", "--num_workers=2", "--seed=1", "--lr_schedule=linear_decay",
-                          "--train_for_env_steps=600000", "--train_for_seconds=120")
+                          "--overlap_graph_nodes=True", "--num_workers=2", "--seed=1", "--train_for_seconds=120")
     assert code == 0, summary.get("error")
-    assert summary["frames"] >= 600000 and summary["mean_return"] >= 450, summary  # solved at its end
+    assert summary["frames"] >= 1_000_000 and summary["mean_return"] >= 450, summary  # solved at its end
     stats = summary["final_learner_stats"]
     assert stats["actor_grad_norm"] > 0 and stats["critic_grad_norm"] > 0
     saved = checkpoint.load(summary["last_checkpoint"])
