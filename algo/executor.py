@@ -205,11 +205,8 @@ class GraphExecutor:
     def _run_at_once(self, nodes: list[Node], data: dict, placed: dict,
                      then: tuple[int, Callable[[], None]] | None = None) -> list[dict[str, Any]]:
         inputs = [self._inputs(node, data, placed) for node in nodes]  # copies made here, on this thread
-        if self.pool is None or len(nodes) == 1:
-            found = [self._call(node, x) for node, x in zip(nodes, inputs)]
-            if then is not None:
-                then[1]()
-            return found
+        if self.pool is None or len(nodes) == 1:  # (never with `then`: _split_at_release runs several on the pool)
+            return [self._call(node, x) for node, x in zip(nodes, inputs)]
         threads = torch.get_num_threads()
         share = max(1, threads // len(nodes)) if per_thread_intra_op_threads() else None
         try:

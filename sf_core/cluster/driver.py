@@ -37,7 +37,7 @@ def build_driver_components(setup: Setup, runner: Component) -> Topology:
     flags as given, --serial_mode included)."""
     placement.check_reachable(setup.cfg)
     cfg = replace(setup.cfg, serial_mode=False)
-    ctx = mp_context(start_method(cfg.mp_start_method, setup.device, max(cfg.torch_threads, cfg.learner_threads())))
+    ctx = mp_context(start_method(cfg.mp_start_method, setup.device, cfg.most_torch_threads()))
     n = cfg.num_policies
     evaluator = [EVALUATOR] if cfg.eval_every_env_steps else []  # on this machine, beside the learners
     control = ControlBlock([*(learner_name(p, n) for p in range(n)), INGEST, *evaluator])

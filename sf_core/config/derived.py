@@ -43,6 +43,10 @@ class DerivedValues:
         """torch threads of a learner process (a rank of a learner group too)."""
         return self.learner_torch_threads or self.torch_threads
 
+    def most_torch_threads(self) -> int:
+        """The most torch threads any component process runs (how its processes may start: start_method.py)."""
+        return max(self.torch_threads, self.learner_threads())
+
     def values_at_learner(self) -> bool:
         """Inference acts with the actor alone, the learner recomputes the values (--recompute_values)."""
         own = not self.actor_critic_share_weights or self.split_actor_critic

@@ -192,7 +192,7 @@ def build_components(setup: Setup, runner: Component, sink: DatasetSink | None =
     """The run's components. With a `sink` they are a cluster node's sampler (sf_core/cluster/sampler.py): no
     learner; the sink's components take each dataset."""
     cfg = setup.cfg
-    ctx = mp_context(start_method(cfg.mp_start_method, setup.device, max(cfg.torch_threads, cfg.learner_threads())))
+    ctx = mp_context(start_method(cfg.mp_start_method, setup.device, cfg.most_torch_threads()))
     layout = BufferLayout.from_config(cfg, setup.agents_per_env)
     spec = setup.models[0].spec
     buffers = TrajectoryBuffers(layout, SampleSpaces(setup.obs_space, setup.action_space, setup.models[0].rnn_state_size))
